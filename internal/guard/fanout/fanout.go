@@ -1,0 +1,54 @@
+// Package fanout runs the parallel parts of one request under the
+// concurrency limit its guard policy set.
+//
+// It is the only way code below the guard may do work in parallel: the
+// guard stores the method's per-request concurrency in the request context
+// with WithLimit, and Each reads it back. A context without a limit runs
+// work one item at a time, so forgetting the guard makes a handler slow,
+// never unbounded. Fanout starts no goroutines of its own beyond those of
+// a limited errgroup.Group, and it does not retry or recover panics.
+package fanout
+
+import (
+	"context"
+
+	"golang.org/x/sync/errgroup"
+)
+
+type limitKey struct{}
+
+// WithLimit returns a context whose fan-outs run at most n tasks at once.
+// A limit below one is treated as one.
+func WithLimit(ctx context.Context, n int) context.Context {
+	return context.WithValue(ctx, limitKey{}, max(n, 1))
+}
+
+// Limit reports the fan-out limit carried by ctx, or 1 when none is set.
+func Limit(ctx context.Context) int {
+	if n, ok := ctx.Value(limitKey{}).(int); ok {
+		return n
+	}
+	return 1
+}
+
+// Each calls fn(ctx, i) for every i in [0, n), running at most Limit(ctx)
+// calls at once. The first error cancels the context passed to the other
+// calls, stops scheduling new ones, and is returned once all running calls
+// have finished.
+func Each(ctx context.Context, n int, fn func(ctx context.Context, i int) error) error {
+	if n == 0 {
+		return nil
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(min(Limit(ctx), n))
+	for i := range n {
+		if gctx.Err() != nil {
+			break
+		}
+		g.Go(func() error { return fn(gctx, i) })
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	return ctx.Err()
+}
