@@ -1,0 +1,185 @@
+// Package testenv starts and finds the real servers that sluice's
+// integration tests run against.
+//
+// Tests never fake memcached: they either use the shared server that
+// scripts/test-deps.sh started (SLUICE_TEST_MEMCACHED) or start a private
+// memcached process with StartMemcached when they need to stop and restart
+// it. When a server cannot be had, RequireDeps decides: under `make test`
+// and in CI (CI or SLUICE_REQUIRE_DEPS set) the test fails; elsewhere it is
+// skipped with a message saying what is missing.
+package testenv
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// Required reports whether missing servers must fail tests instead of
+// skipping them: true in CI and under `make test`.
+func Required() bool {
+	return os.Getenv("CI") != "" || os.Getenv("SLUICE_REQUIRE_DEPS") != ""
+}
+
+// Missing fails or skips t because a server is absent, saying which and how
+// to get it.
+func Missing(t testing.TB, what, how string) {
+	t.Helper()
+	if Required() {
+		t.Fatalf("%s is required here (CI or SLUICE_REQUIRE_DEPS set) but missing: %s", what, how)
+	}
+	t.Skipf("skipping: %s is missing (%s); run scripts/test-deps.sh up or make test", what, how)
+}
+
+// MemcachedBinary returns the memcached executable: $MEMCACHED_BIN, then
+// PATH, then /usr/bin/memcached.
+func MemcachedBinary(t testing.TB) string {
+	t.Helper()
+	if p := os.Getenv("MEMCACHED_BIN"); p != "" {
+		return p
+	}
+	if p, err := exec.LookPath("memcached"); err == nil {
+		return p
+	}
+	if _, err := os.Stat("/usr/bin/memcached"); err == nil {
+		return "/usr/bin/memcached"
+	}
+	Missing(t, "memcached", "no memcached binary in MEMCACHED_BIN, PATH or /usr/bin")
+	return ""
+}
+
+// SharedMemcached returns the address of the memcached started by
+// scripts/test-deps.sh, or a private one when that is not set.
+func SharedMemcached(t testing.TB) string {
+	t.Helper()
+	if addr := os.Getenv("SLUICE_TEST_MEMCACHED"); addr != "" {
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			c.Close()
+			return addr
+		}
+		Missing(t, "memcached at "+addr, "SLUICE_TEST_MEMCACHED is set but nothing answers there")
+	}
+	return StartMemcached(t).Addr()
+}
+
+// Memcached is a private memcached process owned by one test.
+type Memcached struct {
+	t    testing.TB
+	bin  string
+	addr string
+	cmd  *exec.Cmd
+}
+
+// StartMemcached starts a memcached on a free loopback port and stops it
+// when the test ends.
+func StartMemcached(t testing.TB) *Memcached {
+	t.Helper()
+	m := &Memcached{t: t, bin: MemcachedBinary(t), addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t)))}
+	m.Start()
+	t.Cleanup(m.Stop)
+	return m
+}
+
+// Addr is the server's host:port.
+func (m *Memcached) Addr() string { return m.addr }
+
+// Start (re)starts the server on its port and waits until it accepts.
+func (m *Memcached) Start() {
+	m.t.Helper()
+	if m.cmd != nil {
+		return
+	}
+	_, port, _ := net.SplitHostPort(m.addr)
+	args := []string{"-l", "127.0.0.1", "-p", port, "-U", "0", "-m", "256", "-c", "4096", "-t", "2"}
+	if os.Geteuid() == 0 {
+		args = append(args, "-u", "root")
+	}
+	cmd := exec.Command(m.bin, args...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		m.t.Fatalf("start memcached: %v", err)
+	}
+	m.cmd = cmd
+	if err := WaitTCP(m.addr, 10*time.Second); err != nil {
+		m.Stop()
+		m.t.Fatalf("memcached on %s: %v", m.addr, err)
+	}
+}
+
+// Stop kills the server; Start brings it back on the same port.
+func (m *Memcached) Stop() {
+	if m.cmd == nil {
+		return
+	}
+	_ = m.cmd.Process.Kill()
+	_ = m.cmd.Wait()
+	m.cmd = nil
+}
+
+// WaitTCP waits until addr accepts a TCP connection or timeout passes.
+func WaitTCP(addr string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not accepting after %v: %w", timeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("find free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// ArtifactDir returns a directory for files a test leaves for people to
+// look at (screenshots, reports): $SLUICE_ARTIFACTS or test-artifacts/
+// at the module root.
+func ArtifactDir(t testing.TB) string {
+	t.Helper()
+	dir := os.Getenv("SLUICE_ARTIFACTS")
+	if dir == "" {
+		root, err := moduleRoot()
+		if err != nil {
+			t.Fatalf("artifact dir: %v", err)
+		}
+		dir = filepath.Join(root, "test-artifacts")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatalf("artifact dir: %v", err)
+	}
+	return dir
+}
+
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
