@@ -1,0 +1,53 @@
+// Binary sluice serves post records over gRPC through a bounded memcached
+// pool in front of a record store, and carries the admin verbs that
+// prepare one: seed.
+//
+//	sluice serve [flags]   serve gRPC and the admin HTTP endpoints
+//	sluice seed  [flags]   write synthetic posts into the embedded store
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "sluice:", err)
+		}
+		os.Exit(1)
+	}
+}
+
+const usage = `usage: sluice <verb> [flags]
+
+verbs:
+  serve   serve gRPC (default 127.0.0.1:50051) and admin HTTP (default 127.0.0.1:8080)
+  seed    write synthetic posts into the embedded store and their URIs to a file
+
+Run "sluice <verb> -h" for a verb's flags.`
+
+func run(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, usage)
+		return flag.ErrHelp
+	}
+	switch args[0] {
+	case "serve":
+		return serve(ctx, args[1:])
+	case "seed":
+		return seed(ctx, args[1:])
+	case "-h", "-help", "--help", "help":
+		fmt.Fprintln(os.Stderr, usage)
+		return nil
+	}
+	return fmt.Errorf("unknown verb %q\n%s", args[0], usage)
+}

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/store"
+	"github.com/sluice-dev/sluice/internal/store/boltstore"
+	"github.com/sluice-dev/sluice/internal/synth"
+)
+
+func seed(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("seed", flag.ContinueOnError)
+	dataDir := fs.String("data-dir", ".data", "directory of the embedded store")
+	n := fs.Int("posts", 100_000, "number of posts to write")
+	urisOut := fs.String("uris-out", "", "file to write the posts' URIs to, one per line (required)")
+	batch := fs.Int("batch", 1000, "posts per store transaction")
+	seedVal := fs.Uint64("seed", 1, "random seed; the same seed writes the same posts")
+	authors := fs.Int("authors", 5000, "number of distinct authors")
+	ifEmpty := fs.Bool("if-empty", false, "do nothing if the store already holds records")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *urisOut == "" {
+		return fmt.Errorf("seed: --uris-out is required")
+	}
+	if *n < 1 || *batch < 1 {
+		return fmt.Errorf("seed: --posts and --batch must be at least 1")
+	}
+	st, err := boltstore.Open(filepath.Join(*dataDir, storeFile), boltstore.Options{})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	if *ifEmpty {
+		if count, err := st.Count(); err != nil {
+			return err
+		} else if count > 0 {
+			fmt.Fprintf(os.Stderr, "seed: store already holds %d records; nothing to do\n", count)
+			return nil
+		}
+	}
+	return writePosts(ctx, st, synth.New(*seedVal, *authors), *n, *batch, *urisOut)
+}
+
+func writePosts(ctx context.Context, st store.Store, gen *synth.Generator, n, batch int, urisOut string) error {
+	f, err := os.Create(urisOut)
+	if err != nil {
+		return fmt.Errorf("seed: %w", err)
+	}
+	defer f.Close()
+	w := bufio.NewWriter(f)
+	progress := newProgress(n)
+	recs := make([]store.Record, 0, batch)
+	for written := 0; written < n; written += len(recs) {
+		recs = recs[:0]
+		for range min(batch, n-written) {
+			recs = append(recs, gen.Next())
+		}
+		if err := st.Put(ctx, recs); err != nil {
+			return fmt.Errorf("seed: after %d posts: %w", written, err)
+		}
+		for _, r := range recs {
+			fmt.Fprintln(w, r.URI)
+		}
+		progress.update(written + len(recs))
+	}
+	progress.done()
+	if err := w.Flush(); err != nil {
+		return fmt.Errorf("seed: write %s: %w", urisOut, err)
+	}
+	return f.Close()
+}
+
+// progress prints a self-overwriting progress line at most every 200 ms.
+type progress struct {
+	total int
+	start time.Time
+	last  time.Time
+}
+
+func newProgress(total int) *progress { return &progress{total: total, start: time.Now()} }
+
+func (p *progress) update(done int) {
+	if time.Since(p.last) < 200*time.Millisecond && done < p.total {
+		return
+	}
+	p.last = time.Now()
+	rate := float64(done) / max(time.Since(p.start).Seconds(), 1e-9)
+	fmt.Fprintf(os.Stderr, "\rseed: %d/%d posts (%.0f%%), %.0f posts/s", done, p.total, 100*float64(done)/float64(p.total), rate)
+}
+
+func (p *progress) done() {
+	fmt.Fprintf(os.Stderr, "\nseed: wrote %d posts in %v\n", p.total, time.Since(p.start).Round(time.Millisecond))
+}

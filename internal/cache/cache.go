@@ -1,0 +1,274 @@
+// Package cache bounds and protects sluice's access to memcached.
+//
+// It owns the connections to the memcached servers (a hard cap per
+// server, counted dials), the choice of server for a key (rendezvous
+// hashing), the key format (Key), and a circuit breaker per server. It
+// refuses to fail a read: a server that errs, times out, is skipped by its
+// breaker or has no free connection before the caller's deadline yields
+// misses, and the error is counted in Stats, never logged. It knows
+// nothing of records: keys are strings (URIs) and values are bytes; what
+// they mean, and what to do on a miss, is the caller's business.
+//
+// Writes follow one protocol: Fill refills with ADD after a store read,
+// and Invalidate, after a write or delete, SETs a short-lived tombstone
+// that makes the key a miss and turns any Fill racing with the write into
+// a no-op.
+package cache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/sluice-dev/sluice/internal/guard/fanout"
+)
+
+// ErrUnavailable reports a call that was not made: the server's breaker
+// was open, or the Cache was closed.
+var ErrUnavailable = errors.New("cache: server unavailable")
+
+// errNotAttempted marks a call fanout.Each never started because the
+// request's context ended first.
+var errNotAttempted = errors.New("cache: not attempted: request context ended")
+
+// Item flags mark what a stored item means.
+const (
+	flagValue     uint32 = 0 // Value holds the bytes
+	flagNegative  uint32 = 1 // a cached "does not exist"
+	flagTombstone uint32 = 2 // written or deleted recently: a miss that blocks Fill
+)
+
+// Entry is what the cache holds for a key.
+type Entry struct {
+	// Value is the cached bytes; empty when Negative.
+	Value []byte
+	// Negative marks a cached "does not exist".
+	Negative bool
+}
+
+// Cache is a bounded, breaker-protected memcached client. It is safe for
+// concurrent use.
+//
+// Each server has one gomemcache client and a weighted semaphore of
+// MaxConnsPerServer slots, and every call to the client holds one slot.
+// gomemcache reuses an idle connection before it dials and keeps up to
+// MaxIdleConns idle ones, which is set to MaxConnsPerServer. So a dial
+// happens only when no idle connection exists, at most as many
+// connections exist as calls hold slots, and a released connection always
+// fits in the idle list: in use plus idle never exceeds the cap, a burst
+// of callers waits for a slot (no longer than its context allows) instead
+// of dialing, and no connection is closed just because the idle list was
+// full, so no TIME_WAIT sockets pile up on the client.
+//
+// Parallel work runs only through fanout.Each, under the limit the
+// request's guard policy put in its context.
+type Cache struct {
+	cfg     Config
+	servers []*server
+	seeds   []uint64
+	once    sync.Once
+	err     error
+}
+
+// ServerStats are the counters of one server since New.
+type ServerStats struct {
+	// Addr is the server's host:port.
+	Addr string
+	// Dials counts connections made; OpenConns those made and not yet
+	// closed; InUse the connection slots held right now.
+	Dials, OpenConns, InUse int64
+	// Hits and Misses count keys in gets the server answered. Errors
+	// counts calls that failed, Skipped calls not made because the
+	// breaker was open or half-open with its probe in flight, or because
+	// the Cache was closed.
+	Hits, Misses, Errors, Skipped int64
+	// Waits counts calls that found no free connection and had to wait;
+	// WaitExpired those of them whose context ended first.
+	Waits, WaitExpired int64
+	// BreakerState is "closed", "half-open" or "open".
+	BreakerState string
+}
+
+// New validates cfg and returns a Cache. It does not dial; connections are
+// made on first use.
+func New(cfg Config) (*Cache, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c := &Cache{cfg: cfg, seeds: seedsFor(cfg.Servers)}
+	for _, addr := range cfg.Servers {
+		c.servers = append(c.servers, newServer(addr, cfg))
+	}
+	return c, nil
+}
+
+// GetMulti returns the entries cached for uris, keyed by URI. It returns
+// hits only: misses, tombstones, and keys on servers that erred, were
+// skipped or had no free connection before ctx ended are absent. It
+// never fails.
+func (c *Cache) GetMulti(ctx context.Context, uris []string) map[string]Entry {
+	byKey := make(map[string]string, len(uris))
+	for _, u := range uris {
+		byKey[Key(u)] = u
+	}
+	chunks := c.chunks(byKey)
+	found := make([]map[string]*memcache.Item, len(chunks))
+	_ = fanout.Each(ctx, len(chunks), func(ctx context.Context, i int) error {
+		found[i] = chunks[i].get(ctx)
+		return nil
+	})
+	out := make(map[string]Entry)
+	for _, items := range found {
+		for key, it := range items {
+			if e, ok := decode(it); ok {
+				out[byKey[key]] = e
+			}
+		}
+	}
+	return out
+}
+
+// Fill stores entries, keyed by URI, after a store read. It uses ADD, so
+// it never replaces an item already there, including a tombstone left by
+// a recent write; a refused ADD is normal. Values live for TTL, negative
+// entries for NegativeTTL. Failures are counted, not returned.
+func (c *Cache) Fill(ctx context.Context, entries map[string]Entry) {
+	items := make([]*memcache.Item, 0, len(entries))
+	for uri, e := range entries {
+		items = append(items, c.encode(uri, e))
+	}
+	c.each(ctx, items, (*memcache.Client).Add)
+}
+
+// Invalidate SETs a tombstone for each URI after a write or delete. For
+// TombstoneTTL the URI reads as a miss and Fill cannot store it, so a read
+// that fetched the old record before the write cannot put it back. It
+// returns an error saying how many tombstones were not written, counting
+// those skipped by an open breaker; the caller decides whether that
+// matters.
+func (c *Cache) Invalidate(ctx context.Context, uris []string) error {
+	items := make([]*memcache.Item, len(uris))
+	for i, u := range uris {
+		items[i] = &memcache.Item{Key: Key(u), Value: []byte{}, Flags: flagTombstone, Expiration: seconds(c.cfg.TombstoneTTL)}
+	}
+	failed, first := c.each(ctx, items, (*memcache.Client).Set)
+	if failed > 0 {
+		return fmt.Errorf("cache: invalidate: %d of %d tombstones not written: %w", failed, len(items), first)
+	}
+	return nil
+}
+
+// Stats returns the counters of each server, in Config.Servers order.
+func (c *Cache) Stats() []ServerStats {
+	out := make([]ServerStats, len(c.servers))
+	for i, s := range c.servers {
+		out[i] = s.stats()
+	}
+	return out
+}
+
+// Close stops new calls, waits for running ones (each bounded by Timeout)
+// and closes all connections. Later calls are skipped. Close is
+// idempotent.
+func (c *Cache) Close() error {
+	c.once.Do(func() {
+		errs := make([]error, len(c.servers))
+		for i, s := range c.servers {
+			errs[i] = s.close()
+		}
+		c.err = errors.Join(errs...)
+	})
+	return c.err
+}
+
+// each runs op for every item, one call per item, and reports how many
+// failed for reasons other than a refused ADD, with the first such error.
+func (c *Cache) each(ctx context.Context, items []*memcache.Item, op func(*memcache.Client, *memcache.Item) error) (int, error) {
+	errs := make([]error, len(items))
+	for i := range errs {
+		errs[i] = errNotAttempted
+	}
+	_ = fanout.Each(ctx, len(items), func(ctx context.Context, i int) error {
+		s := c.servers[pick(c.seeds, items[i].Key)]
+		errs[i] = s.do(ctx, func(mc *memcache.Client) error { return op(mc, items[i]) })
+		return nil
+	})
+	failed, first := 0, error(nil)
+	for i, err := range errs {
+		if err != nil && !isSuccessful(err) {
+			failed++
+			if first == nil {
+				first = fmt.Errorf("key %s on %s: %w", items[i].Key, c.servers[pick(c.seeds, items[i].Key)].addr, err)
+			}
+		}
+	}
+	return failed, first
+}
+
+// encode builds the item Fill adds for one entry.
+func (c *Cache) encode(uri string, e Entry) *memcache.Item {
+	if e.Negative {
+		return &memcache.Item{Key: Key(uri), Value: []byte{}, Flags: flagNegative, Expiration: seconds(c.cfg.NegativeTTL)}
+	}
+	return &memcache.Item{Key: Key(uri), Value: e.Value, Flags: flagValue, Expiration: seconds(c.cfg.TTL)}
+}
+
+// decode reads an item back; tombstones and unknown flags are misses.
+func decode(it *memcache.Item) (Entry, bool) {
+	switch it.Flags {
+	case flagValue:
+		return Entry{Value: it.Value}, true
+	case flagNegative:
+		return Entry{Negative: true}, true
+	}
+	return Entry{}, false
+}
+
+// chunk is one memcached get: up to MaxKeysPerGet keys on one server.
+type chunk struct {
+	srv  *server
+	keys []string
+}
+
+// chunks groups keys by server and splits each group into gets.
+func (c *Cache) chunks(byKey map[string]string) []chunk {
+	groups := make([][]string, len(c.servers))
+	for key := range byKey {
+		i := pick(c.seeds, key)
+		groups[i] = append(groups[i], key)
+	}
+	var out []chunk
+	for i, keys := range groups {
+		for len(keys) > 0 {
+			n := min(len(keys), c.cfg.MaxKeysPerGet)
+			out = append(out, chunk{srv: c.servers[i], keys: keys[:n]})
+			keys = keys[n:]
+		}
+	}
+	return out
+}
+
+// get runs the chunk's get and counts hits and misses. It returns nil
+// when the call failed or was not made.
+func (ch chunk) get(ctx context.Context) map[string]*memcache.Item {
+	var items map[string]*memcache.Item
+	err := ch.srv.do(ctx, func(mc *memcache.Client) error {
+		var err error
+		items, err = mc.GetMulti(ch.keys)
+		return err
+	})
+	if err != nil {
+		return nil
+	}
+	hits := 0
+	for _, it := range items {
+		if it.Flags == flagValue || it.Flags == flagNegative {
+			hits++
+		}
+	}
+	ch.srv.hits.Add(int64(hits))
+	ch.srv.misses.Add(int64(len(ch.keys) - hits))
+	return items
+}

@@ -1,0 +1,182 @@
+package cache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync/atomic"
+
+	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/sony/gobreaker/v2"
+	"golang.org/x/sync/semaphore"
+)
+
+// errCallerGone marks a call abandoned because the caller's context ended
+// before a connection was free. It is the caller's doing, not the
+// server's, so the breaker ignores it.
+var errCallerGone = errors.New("cache: caller gave up waiting for a connection")
+
+// server is one memcached server: its client, the semaphore that caps its
+// connections, its breaker and its counters.
+type server struct {
+	addr    string
+	client  *memcache.Client
+	sem     *semaphore.Weighted
+	size    int64
+	breaker *gobreaker.CircuitBreaker[struct{}]
+	closed  atomic.Bool
+	dialer  net.Dialer
+
+	dials, closes, inUse          atomic.Int64
+	hits, misses, errors, skipped atomic.Int64
+	waits, waitExpired            atomic.Int64
+}
+
+func newServer(addr string, cfg Config) *server {
+	s := &server{
+		addr:   addr,
+		sem:    semaphore.NewWeighted(int64(cfg.MaxConnsPerServer)),
+		size:   int64(cfg.MaxConnsPerServer),
+		dialer: net.Dialer{Timeout: cfg.Timeout},
+	}
+	s.client = memcache.New(addr)
+	s.client.MaxIdleConns = cfg.MaxConnsPerServer
+	s.client.Timeout = cfg.Timeout
+	s.client.DialContext = s.dial
+	s.breaker = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:        addr,
+		MaxRequests: 1,
+		Timeout:     cfg.BreakerCoolDown,
+		ReadyToTrip: func(c gobreaker.Counts) bool {
+			return c.ConsecutiveFailures >= cfg.BreakerFailures
+		},
+		OnStateChange: s.onStateChange,
+		IsSuccessful:  isSuccessful,
+		IsExcluded:    isExcluded,
+	})
+	return s
+}
+
+// do runs op on the server's client under the breaker and the semaphore.
+// It returns ErrUnavailable when the breaker or Close kept the call from
+// being made.
+func (s *server) do(ctx context.Context, op func(*memcache.Client) error) error {
+	if s.closed.Load() {
+		s.skipped.Add(1)
+		return fmt.Errorf("%w: %s: cache closed", ErrUnavailable, s.addr)
+	}
+	_, err := s.breaker.Execute(func() (struct{}, error) {
+		if err := s.acquire(ctx); err != nil {
+			return struct{}{}, err
+		}
+		defer s.release()
+		return struct{}{}, op(s.client)
+	})
+	return s.count(err)
+}
+
+// count updates the counters for the outcome of one call.
+func (s *server) count(err error) error {
+	switch {
+	case errors.Is(err, gobreaker.ErrOpenState), errors.Is(err, gobreaker.ErrTooManyRequests):
+		s.skipped.Add(1)
+		return fmt.Errorf("%w: %s: %w", ErrUnavailable, s.addr, err)
+	case errors.Is(err, errCallerGone):
+		s.waitExpired.Add(1)
+	case err != nil && !isSuccessful(err):
+		s.errors.Add(1)
+	}
+	return err
+}
+
+// acquire takes one connection slot, waiting no longer than ctx allows.
+func (s *server) acquire(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%w: %w", errCallerGone, err)
+	}
+	if !s.sem.TryAcquire(1) {
+		s.waits.Add(1)
+		if err := s.sem.Acquire(ctx, 1); err != nil {
+			return fmt.Errorf("%w: %w", errCallerGone, err)
+		}
+	}
+	s.inUse.Add(1)
+	return nil
+}
+
+func (s *server) release() {
+	s.inUse.Add(-1)
+	s.sem.Release(1)
+}
+
+// close stops new calls, waits for the running ones to return their
+// connections, and closes the idle ones. Each call is bounded by the
+// socket timeout, so the wait is too.
+func (s *server) close() error {
+	s.closed.Store(true)
+	_ = s.sem.Acquire(context.Background(), s.size)
+	return s.client.Close()
+}
+
+// onStateChange drops idle connections when the breaker opens: after a
+// run of failures they are likely dead, and each would otherwise cost the
+// half-open probe one more failure and one more cool-down.
+func (s *server) onStateChange(_ string, _, to gobreaker.State) {
+	if to == gobreaker.StateOpen {
+		_ = s.client.Close()
+	}
+}
+
+// dial connects and counts the connection for Stats.
+func (s *server) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	nc, err := s.dialer.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	s.dials.Add(1)
+	return &countedConn{Conn: nc, closes: &s.closes}, nil
+}
+
+func (s *server) stats() ServerStats {
+	return ServerStats{
+		Addr:         s.addr,
+		Dials:        s.dials.Load(),
+		OpenConns:    s.dials.Load() - s.closes.Load(),
+		InUse:        s.inUse.Load(),
+		Hits:         s.hits.Load(),
+		Misses:       s.misses.Load(),
+		Errors:       s.errors.Load(),
+		Skipped:      s.skipped.Load(),
+		Waits:        s.waits.Load(),
+		WaitExpired:  s.waitExpired.Load(),
+		BreakerState: s.breaker.State().String(),
+	}
+}
+
+// isSuccessful reports whether err is a normal answer from a healthy
+// server: a miss or a refused ADD is not a failure.
+func isSuccessful(err error) bool {
+	return err == nil || errors.Is(err, memcache.ErrCacheMiss) ||
+		errors.Is(err, memcache.ErrNotStored) || errors.Is(err, memcache.ErrCASConflict)
+}
+
+// isExcluded reports errors that say nothing about the server's health:
+// the caller leaving, or a key this package should never have built.
+func isExcluded(err error) bool {
+	return errors.Is(err, errCallerGone) || errors.Is(err, memcache.ErrMalformedKey)
+}
+
+// countedConn counts its first Close, so OpenConns = dials − closes.
+type countedConn struct {
+	net.Conn
+	closes *atomic.Int64
+	once   atomic.Bool
+}
+
+func (c *countedConn) Close() error {
+	if c.once.CompareAndSwap(false, true) {
+		c.closes.Add(1)
+	}
+	return c.Conn.Close()
+}

@@ -1,0 +1,211 @@
+// Package guard is the only way a gRPC method of sluice can be served.
+//
+// A Server owns the *grpc.Server. Services are registered through
+// Server.Register, which refuses a service unless the configuration holds
+// a Policy for every one of its methods, and refuses streaming methods
+// outright. Every request then passes through one interceptor that, before
+// the handler does any I/O:
+//
+//  1. names the caller (package identity);
+//  2. checks the request's shape against the method's policy — item count,
+//     empty batches, URI length — and answers InvalidArgument with a
+//     google.rpc.BadRequest detail that names the limit;
+//  3. applies the policy's timeout;
+//  4. admits the request against two process-wide caps, in-flight requests
+//     and in-flight items (a batch of n URIs costs n), waiting at most
+//     until the deadline and answering Unavailable when none is left;
+//  5. puts the policy's concurrency into the context, so that the
+//     handler's fan-outs (package fanout) run at most that many tasks.
+//
+// The health service and server reflection are registered here too, so no
+// other package ever calls a generated Register…Server function; a test
+// in this package reads the source tree to keep it that way. The guard
+// does not decide what a URI means (package posts does) and maps only its
+// own refusals to gRPC codes.
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	"golang.org/x/sync/semaphore"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+	"google.golang.org/protobuf/reflect/protoreflect"
+	"google.golang.org/protobuf/reflect/protoregistry"
+)
+
+// Server is a gRPC server whose every method is guarded by a policy.
+type Server struct {
+	cfg      Config
+	grpc     *grpc.Server
+	health   *health.Server
+	methods  map[string]*method // by full method, "/pkg.Svc/M"
+	items    *semaphore.Weighted
+	requests *semaphore.Weighted
+	observer Observer
+	services []string
+
+	inflightItems atomic.Int64
+}
+
+// method is what the interceptor knows of one registered method.
+type method struct {
+	policy Policy
+	items  *itemField // nil when the request carries no items
+}
+
+// Option adjusts a Server.
+type Option func(*Server, *[]grpc.ServerOption)
+
+// WithObserver reports every request's outcome to o (for metrics).
+func WithObserver(o Observer) Option {
+	return func(s *Server, _ *[]grpc.ServerOption) { s.observer = o }
+}
+
+// WithGRPCOptions passes extra options (TLS credentials, stats handlers)
+// to the underlying grpc.Server. Interceptors cannot be replaced.
+func WithGRPCOptions(opts ...grpc.ServerOption) Option {
+	return func(_ *Server, o *[]grpc.ServerOption) { *o = append(*o, opts...) }
+}
+
+// New validates cfg and returns a Server with health and reflection
+// registered and every service reported NOT_SERVING until SetServing.
+func New(cfg Config, opts ...Option) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Server{
+		cfg:      cfg,
+		methods:  map[string]*method{},
+		items:    semaphore.NewWeighted(cfg.MaxInflightItems),
+		requests: semaphore.NewWeighted(cfg.MaxInflightRequests),
+		observer: nopObserver{},
+		health:   health.NewServer(),
+	}
+	grpcOpts := []grpc.ServerOption{grpc.MaxRecvMsgSize(cfg.MaxRecvMsgBytes)}
+	for _, opt := range opts {
+		opt(s, &grpcOpts)
+	}
+	grpcOpts = append(grpcOpts,
+		grpc.ChainUnaryInterceptor(s.unaryInterceptor),
+		grpc.ChainStreamInterceptor(s.streamInterceptor),
+	)
+	s.grpc = grpc.NewServer(grpcOpts...)
+	healthpb.RegisterHealthServer(s.grpc, s.health)
+	reflection.Register(s.grpc)
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	return s, nil
+}
+
+// Register serves impl as the service desc describes, after checking that
+// every method has a policy and a unary shape. The error names every
+// method that lacks a policy, so start-up stops with a clear reason.
+func (s *Server) Register(desc *grpc.ServiceDesc, impl any) error {
+	if len(desc.Streams) > 0 {
+		return fmt.Errorf("guard: service %s has streaming method %s; the guard serves unary methods only", desc.ServiceName, desc.Streams[0].StreamName)
+	}
+	sd, err := serviceDescriptor(desc.ServiceName)
+	if err != nil {
+		return err
+	}
+	var missing []string
+	registered := map[string]*method{}
+	for _, m := range desc.Methods {
+		name := desc.ServiceName + "/" + m.MethodName
+		p, ok := s.cfg.Methods[name]
+		if !ok {
+			missing = append(missing, name)
+			continue
+		}
+		md := sd.Methods().ByName(protoreflect.Name(m.MethodName))
+		if md == nil {
+			return fmt.Errorf("guard: method %s is not in the registered proto descriptor", name)
+		}
+		registered["/"+name] = &method{policy: p, items: findItemField(md.Input())}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("guard: refusing to serve %s: no policy for %s; add it under methods: in the config", desc.ServiceName, strings.Join(missing, ", "))
+	}
+	for full, m := range registered {
+		s.methods[full] = m
+	}
+	s.grpc.RegisterService(desc, impl)
+	s.services = append(s.services, desc.ServiceName)
+	return nil
+}
+
+func serviceDescriptor(name string) (protoreflect.ServiceDescriptor, error) {
+	d, err := protoregistry.GlobalFiles.FindDescriptorByName(protoreflect.FullName(name))
+	if err != nil {
+		return nil, fmt.Errorf("guard: service %s: %w", name, err)
+	}
+	sd, ok := d.(protoreflect.ServiceDescriptor)
+	if !ok {
+		return nil, fmt.Errorf("guard: %s is not a service", name)
+	}
+	return sd, nil
+}
+
+// Policy returns the policy registered for a full method name
+// ("/pkg.Svc/M"), and whether there is one.
+func (s *Server) Policy(fullMethod string) (Policy, bool) {
+	m, ok := s.methods[fullMethod]
+	if !ok {
+		return Policy{}, false
+	}
+	return m.policy, true
+}
+
+// Services lists the registered services, in registration order.
+func (s *Server) Services() []string { return slices.Clone(s.services) }
+
+// SetServing reports every registered service, and the server as a whole,
+// as SERVING (true) or NOT_SERVING (false) on the health service.
+func (s *Server) SetServing(serving bool) {
+	st := healthpb.HealthCheckResponse_NOT_SERVING
+	if serving {
+		st = healthpb.HealthCheckResponse_SERVING
+	}
+	s.health.SetServingStatus("", st)
+	for _, name := range s.services {
+		s.health.SetServingStatus(name, st)
+	}
+}
+
+// Serve accepts connections on lis until Stop or GracefulStop.
+func (s *Server) Serve(lis net.Listener) error {
+	err := s.grpc.Serve(lis)
+	if errors.Is(err, grpc.ErrServerStopped) {
+		return nil
+	}
+	return err
+}
+
+// Drain reports NOT_SERVING, then waits for in-flight requests to finish
+// until ctx ends, when it stops the server hard.
+func (s *Server) Drain(ctx context.Context) {
+	s.SetServing(false)
+	s.health.Shutdown()
+	stopped := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(stopped)
+	}()
+	select {
+	case <-stopped:
+	case <-ctx.Done():
+		s.grpc.Stop()
+		<-stopped
+	}
+}
+
+// InflightItems reports how many items are admitted right now.
+func (s *Server) InflightItems() int64 { return s.inflightItems.Load() }

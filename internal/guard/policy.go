@@ -1,0 +1,145 @@
+package guard
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Policy bounds one gRPC method. Every field must be positive: a zero
+// value is not a valid policy, so a method cannot be served by accident
+// without limits.
+type Policy struct {
+	// MaxItems is the most URIs one request may carry.
+	MaxItems int `yaml:"max_items"`
+	// MaxURILength is the longest URI accepted, in bytes.
+	MaxURILength int `yaml:"max_uri_length"`
+	// Concurrency is how many parallel tasks one request may run
+	// (the errgroup limit of its fan-outs).
+	Concurrency int `yaml:"concurrency"`
+	// Timeout bounds the whole request; a shorter client deadline wins.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// Validate reports the first field that is not usable.
+func (p Policy) Validate() error {
+	switch {
+	case p.MaxItems < 1:
+		return fmt.Errorf("max_items must be at least 1, got %d", p.MaxItems)
+	case p.MaxURILength < 1:
+		return fmt.Errorf("max_uri_length must be at least 1, got %d", p.MaxURILength)
+	case p.Concurrency < 1:
+		return fmt.Errorf("concurrency must be at least 1, got %d", p.Concurrency)
+	case p.Timeout <= 0:
+		return fmt.Errorf("timeout must be positive, got %v", p.Timeout)
+	}
+	return nil
+}
+
+// Config is the guard's configuration: a policy per method and the
+// process-wide caps that bound all requests together.
+type Config struct {
+	// Methods maps a method name, "package.Service/Method"
+	// (e.g. "sluice.v1.PostRecords/GetPostRecords"), to its policy.
+	Methods map[string]Policy `yaml:"methods"`
+	// MaxInflightItems bounds the items being worked on across all
+	// requests. A request waits for its item count, until its deadline.
+	MaxInflightItems int64 `yaml:"max_inflight_items"`
+	// MaxInflightRequests bounds the requests being worked on at once.
+	MaxInflightRequests int64 `yaml:"max_inflight_requests"`
+	// MaxRecvMsgBytes is the largest request message the transport
+	// decodes; larger ones are refused before they reach memory.
+	MaxRecvMsgBytes int `yaml:"max_recv_msg_bytes"`
+}
+
+// DefaultPolicy is the policy of a batch read or write method unless the
+// config file says otherwise.
+func DefaultPolicy() Policy {
+	return Policy{MaxItems: 1000, MaxURILength: 512, Concurrency: 50, Timeout: 2 * time.Second}
+}
+
+// DefaultConfig returns the process-wide defaults with no method policies;
+// the packages that implement services add theirs.
+func DefaultConfig() Config {
+	return Config{
+		Methods:             map[string]Policy{},
+		MaxInflightItems:    20_000,
+		MaxInflightRequests: 1_024,
+		MaxRecvMsgBytes:     16 << 20,
+	}
+}
+
+// Validate checks the process-wide caps and every policy, naming the
+// first bad method.
+func (c Config) Validate() error {
+	var errs []error
+	if c.MaxInflightItems < 1 {
+		errs = append(errs, fmt.Errorf("guard: max_inflight_items must be at least 1, got %d", c.MaxInflightItems))
+	}
+	if c.MaxInflightRequests < 1 {
+		errs = append(errs, fmt.Errorf("guard: max_inflight_requests must be at least 1, got %d", c.MaxInflightRequests))
+	}
+	if c.MaxRecvMsgBytes < 1024 {
+		errs = append(errs, fmt.Errorf("guard: max_recv_msg_bytes must be at least 1024, got %d", c.MaxRecvMsgBytes))
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.Methods)) {
+		p := c.Methods[name]
+		if err := p.Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("guard: method %s: %w", name, err))
+		}
+		if int64(p.MaxItems) > c.MaxInflightItems {
+			errs = append(errs, fmt.Errorf("guard: method %s: max_items %d exceeds max_inflight_items %d, so a full batch could never be admitted", name, p.MaxItems, c.MaxInflightItems))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Merge overlays the non-zero fields of override on c, method by method.
+// A method named only in override is taken whole.
+func (c Config) Merge(override Config) Config {
+	out := c
+	out.Methods = make(map[string]Policy, len(c.Methods))
+	for name, p := range c.Methods {
+		out.Methods[name] = p
+	}
+	for name, o := range override.Methods {
+		out.Methods[name] = overlayPolicy(out.Methods[name], o)
+	}
+	if override.MaxInflightItems != 0 {
+		out.MaxInflightItems = override.MaxInflightItems
+	}
+	if override.MaxInflightRequests != 0 {
+		out.MaxInflightRequests = override.MaxInflightRequests
+	}
+	if override.MaxRecvMsgBytes != 0 {
+		out.MaxRecvMsgBytes = override.MaxRecvMsgBytes
+	}
+	return out
+}
+
+func overlayPolicy(base, o Policy) Policy {
+	if o.MaxItems != 0 {
+		base.MaxItems = o.MaxItems
+	}
+	if o.MaxURILength != 0 {
+		base.MaxURILength = o.MaxURILength
+	}
+	if o.Concurrency != 0 {
+		base.Concurrency = o.Concurrency
+	}
+	if o.Timeout != 0 {
+		base.Timeout = o.Timeout
+	}
+	return base
+}
+
+// methodName turns a gRPC full method "/pkg.Svc/M" into "pkg.Svc/M".
+func methodName(fullMethod string) string { return strings.TrimPrefix(fullMethod, "/") }
+
+// shortName is the bare method name used in messages to callers.
+func shortName(fullMethod string) string {
+	return fullMethod[strings.LastIndexByte(fullMethod, '/')+1:]
+}

@@ -1,0 +1,73 @@
+// Package identity names the caller of each request.
+//
+// A caller names itself with the gRPC metadata key x-client-id, or with
+// x-atlantis-caller, the header the AT Protocol AppView's data-plane client
+// sends. A request without either is attributed to "unknown". The name is
+// carried in the context so that metrics and admission can use it; this
+// package does not authenticate callers and does not bound how many names
+// exist (metrics do that when they turn names into labels).
+package identity
+
+import (
+	"context"
+	"strings"
+
+	"google.golang.org/grpc/metadata"
+)
+
+// Metadata keys a caller may use to name itself, in order of preference.
+const (
+	ClientIDKey       = "x-client-id"
+	AtlantisCallerKey = "x-atlantis-caller"
+)
+
+// Unknown is the name of a caller that did not name itself.
+const Unknown = "unknown"
+
+// MaxNameLength bounds a caller's name; longer names are cut.
+const MaxNameLength = 64
+
+type clientKey struct{}
+
+// FromIncoming returns the caller's name from the incoming gRPC metadata.
+func FromIncoming(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	for _, key := range []string{ClientIDKey, AtlantisCallerKey} {
+		if vals := md.Get(key); len(vals) > 0 {
+			if name := clean(vals[0]); name != "" {
+				return name
+			}
+		}
+	}
+	return Unknown
+}
+
+// WithClient returns a context carrying the caller's name.
+func WithClient(ctx context.Context, name string) context.Context {
+	return context.WithValue(ctx, clientKey{}, name)
+}
+
+// Client returns the caller's name carried by ctx, or Unknown.
+func Client(ctx context.Context) string {
+	if name, ok := ctx.Value(clientKey{}).(string); ok {
+		return name
+	}
+	return Unknown
+}
+
+// clean keeps names printable and short so they are safe in logs and labels.
+func clean(name string) string {
+	name = strings.TrimSpace(name)
+	var b strings.Builder
+	for _, r := range name {
+		if b.Len() >= MaxNameLength {
+			break
+		}
+		if r > ' ' && r < 0x7f {
+			b.WriteRune(r)
+		} else {
+			b.WriteByte('_')
+		}
+	}
+	return b.String()
+}

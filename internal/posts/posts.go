@@ -1,0 +1,292 @@
+// Package posts is the read-through path for records: it validates
+// AT-URIs, de-duplicates a batch, answers what it can from the cache,
+// reads the rest from the store (one read per URI, coalesced across
+// concurrent requests), refills the cache, and returns the records aligned
+// with the request. Writes go to the store first and then invalidate the
+// cache, so a read after a successful write never sees the old version.
+//
+// A cache that fails is skipped, never fatal: its errors are misses. A
+// store that fails fails the request, whole (one error for the batch, not
+// a per-item status), because a partial answer would look like "not
+// found". All parallel work runs through package fanout, so it is bounded
+// by the method's policy. Posts does not know about gRPC; the rpc package
+// maps its errors to status codes.
+package posts
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
+	"github.com/sluice-dev/sluice/internal/aturi"
+	"github.com/sluice-dev/sluice/internal/cache"
+	"github.com/sluice-dev/sluice/internal/guard/fanout"
+	"github.com/sluice-dev/sluice/internal/store"
+	"golang.org/x/sync/singleflight"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+)
+
+// Cache is what the read path needs of a cache; *cache.Cache has it.
+type Cache interface {
+	GetMulti(ctx context.Context, uris []string) map[string]cache.Entry
+	Fill(ctx context.Context, entries map[string]cache.Entry)
+	Invalidate(ctx context.Context, uris []string) error
+}
+
+// Result is the answer for one requested URI.
+type Result struct {
+	Record    store.Record // URI is always set; the rest only when Found
+	Found     bool
+	FromCache bool
+}
+
+// Counts summarises where a batch's answers came from.
+type Counts struct {
+	FromCache, FromStore, NotFound int
+}
+
+// Service reads and writes records of one collection through the cache.
+type Service struct {
+	collection string
+	cache      Cache
+	store      store.Store
+	loads      singleflight.Group
+	limits     WriteLimits
+
+	invalidationFailures atomic.Int64
+	coalesced            atomic.Int64
+}
+
+// WriteLimits bounds what the write path accepts.
+type WriteLimits struct {
+	// MaxRecordBytes is the largest record JSON accepted.
+	MaxRecordBytes int
+}
+
+// DefaultWriteLimits returns the limits used when none are given.
+func DefaultWriteLimits() WriteLimits { return WriteLimits{MaxRecordBytes: 64 << 10} }
+
+// New returns a Service for records of collection (an NSID such as
+// app.bsky.feed.post).
+func New(collection string, c Cache, s store.Store, limits WriteLimits) *Service {
+	if limits.MaxRecordBytes <= 0 {
+		limits = DefaultWriteLimits()
+	}
+	return &Service{collection: collection, cache: c, store: s, limits: limits}
+}
+
+// Collection is the NSID of the records this Service serves.
+func (s *Service) Collection() string { return s.collection }
+
+// InvalidationFailures counts writes whose cache invalidation failed.
+func (s *Service) InvalidationFailures() int64 { return s.invalidationFailures.Load() }
+
+// Coalesced counts store reads saved because a concurrent request was
+// already reading the same URI.
+func (s *Service) Coalesced() int64 { return s.coalesced.Load() }
+
+// Get returns one Result per URI, in order; duplicates are answered at
+// each position. It fails with an *InvalidURIError before any I/O if a URI
+// is not a record AT-URI of the collection, and with an error wrapping
+// store.ErrUnavailable if the store fails for any URI the cache lacks.
+func (s *Service) Get(ctx context.Context, uris []string) ([]Result, Counts, error) {
+	if err := s.validate(uris); err != nil {
+		return nil, Counts{}, err
+	}
+	unique := dedupe(uris)
+	found, counts, err := s.read(ctx, unique)
+	if err != nil {
+		return nil, Counts{}, err
+	}
+	out := make([]Result, len(uris))
+	for i, uri := range uris {
+		out[i] = found[uri]
+	}
+	return out, counts, nil
+}
+
+func (s *Service) validate(uris []string) error {
+	for i, uri := range uris {
+		if _, err := aturi.ParseIn(uri, s.collection); err != nil {
+			return &InvalidURIError{Index: i, URI: uri, Err: err}
+		}
+	}
+	return nil
+}
+
+// read answers each unique URI from the cache or the store.
+func (s *Service) read(ctx context.Context, uris []string) (map[string]Result, Counts, error) {
+	results := make(map[string]Result, len(uris))
+	var misses []string
+	hits := s.cache.GetMulti(ctx, uris)
+	for _, uri := range uris {
+		if r, ok := decodeEntry(uri, hits); ok {
+			results[uri] = r
+			continue
+		}
+		misses = append(misses, uri)
+	}
+	loaded, err := s.loadAll(ctx, misses)
+	if err != nil {
+		return nil, Counts{}, err
+	}
+	fills := make(map[string]cache.Entry, len(loaded))
+	for i, uri := range misses {
+		results[uri] = loaded[i]
+		fills[uri] = encodeEntry(loaded[i])
+	}
+	s.cache.Fill(ctx, fills)
+	return results, count(results), nil
+}
+
+// loadAll reads misses from the store under the request's fan-out limit.
+func (s *Service) loadAll(ctx context.Context, uris []string) ([]Result, error) {
+	out := make([]Result, len(uris))
+	var failed atomic.Int64
+	var firstErr atomic.Pointer[error]
+	err := fanout.Each(ctx, len(uris), func(ctx context.Context, i int) error {
+		r, err := s.load(ctx, uris[i])
+		if err != nil {
+			failed.Add(1)
+			firstErr.CompareAndSwap(nil, &err)
+			return err
+		}
+		out[i] = r
+		return nil
+	})
+	if err != nil {
+		if p := firstErr.Load(); p != nil {
+			err = *p
+		}
+		return nil, fmt.Errorf("posts: read %d uris from the store: %w", len(uris), err)
+	}
+	return out, nil
+}
+
+// load reads one URI from the store, sharing the read with concurrent
+// requests for the same URI. If the request that led the shared read gave
+// up (its context ended) while this one still has time, it reads again.
+func (s *Service) load(ctx context.Context, uri string) (Result, error) {
+	v, err, shared := s.loads.Do(uri, func() (any, error) { return s.storeGet(ctx, uri) })
+	if shared {
+		s.coalesced.Add(1)
+	}
+	if err != nil && shared && isContextErr(err) && ctx.Err() == nil {
+		return s.storeGet(ctx, uri)
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	return v.(Result), nil
+}
+
+func (s *Service) storeGet(ctx context.Context, uri string) (Result, error) {
+	rec, err := s.store.Get(ctx, uri)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return Result{Record: store.Record{URI: uri}}, nil
+	case err != nil:
+		return Result{}, err
+	}
+	return Result{Record: rec, Found: true}, nil
+}
+
+func isContextErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+func dedupe(uris []string) []string {
+	seen := make(map[string]struct{}, len(uris))
+	out := make([]string, 0, len(uris))
+	for _, uri := range uris {
+		if _, ok := seen[uri]; !ok {
+			seen[uri] = struct{}{}
+			out = append(out, uri)
+		}
+	}
+	return out
+}
+
+func count(results map[string]Result) Counts {
+	var c Counts
+	for _, r := range results {
+		switch {
+		case !r.Found:
+			c.NotFound++
+		case r.FromCache:
+			c.FromCache++
+		default:
+			c.FromStore++
+		}
+	}
+	return c
+}
+
+// decodeEntry turns a cache hit into a Result; a value that does not
+// decode is treated as a miss.
+func decodeEntry(uri string, hits map[string]cache.Entry) (Result, bool) {
+	e, ok := hits[uri]
+	if !ok {
+		return Result{}, false
+	}
+	if e.Negative {
+		return Result{Record: store.Record{URI: uri}, FromCache: true}, true
+	}
+	var pr sluicev1.PostRecord
+	if err := proto.Unmarshal(e.Value, &pr); err != nil || pr.GetUri() != uri {
+		return Result{}, false
+	}
+	return Result{Record: FromProto(&pr), Found: true, FromCache: true}, true
+}
+
+// encodeEntry is the cache's form of a store answer: the protobuf-encoded
+// record, or a negative entry.
+func encodeEntry(r Result) cache.Entry {
+	if !r.Found {
+		return cache.Entry{Negative: true}
+	}
+	b, _ := proto.Marshal(ToProto(r.Record, true))
+	return cache.Entry{Value: b}
+}
+
+// ToProto converts a stored record to its wire form.
+func ToProto(r store.Record, found bool) *sluicev1.PostRecord {
+	pr := &sluicev1.PostRecord{Uri: r.URI, Found: found}
+	if !found {
+		return pr
+	}
+	pr.Cid = r.CID
+	pr.Record = r.JSON
+	pr.CreatedAt = timestamp(r.CreatedAt)
+	pr.IndexedAt = timestamp(r.IndexedAt)
+	return pr
+}
+
+// FromProto converts a wire record to its stored form.
+func FromProto(pr *sluicev1.PostRecord) store.Record {
+	return store.Record{
+		URI:       pr.GetUri(),
+		CID:       pr.GetCid(),
+		JSON:      pr.GetRecord(),
+		CreatedAt: asTime(pr.GetCreatedAt()),
+		IndexedAt: asTime(pr.GetIndexedAt()),
+	}
+}
+
+func timestamp(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
+}
+
+func asTime(ts *timestamppb.Timestamp) time.Time {
+	if ts == nil {
+		return time.Time{}
+	}
+	return ts.AsTime()
+}

@@ -1,0 +1,89 @@
+package posts
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/store"
+)
+
+// Put validates every record, writes them all to the store, then
+// invalidates their cache entries. A record that fails validation fails
+// the whole batch before anything is written. If the store write succeeds
+// but invalidation fails (the cache is down), Put still succeeds: the
+// store is the source of truth, the failure is counted, and any stale
+// entry expires within the cache's TTL.
+func (s *Service) Put(ctx context.Context, recs []store.Record) (int, error) {
+	now := time.Now().UTC()
+	for i := range recs {
+		if err := s.checkRecord(i, &recs[i]); err != nil {
+			return 0, err
+		}
+		if recs[i].IndexedAt.IsZero() {
+			recs[i].IndexedAt = now
+		}
+	}
+	if err := s.store.Put(ctx, recs); err != nil {
+		return 0, fmt.Errorf("posts: write %d records: %w", len(recs), err)
+	}
+	s.invalidate(ctx, uriList(recs))
+	return len(recs), nil
+}
+
+// Delete removes records from the store, then invalidates their cache
+// entries. It reports how many existed.
+func (s *Service) Delete(ctx context.Context, uris []string) (int, error) {
+	if err := s.validate(uris); err != nil {
+		return 0, err
+	}
+	n, err := s.store.Delete(ctx, uris)
+	if err != nil {
+		return 0, fmt.Errorf("posts: delete %d records: %w", len(uris), err)
+	}
+	s.invalidate(ctx, uris)
+	return n, nil
+}
+
+func (s *Service) invalidate(ctx context.Context, uris []string) {
+	if err := s.cache.Invalidate(ctx, dedupe(uris)); err != nil {
+		s.invalidationFailures.Add(1)
+	}
+}
+
+// checkRecord applies the write rules: a record AT-URI of the collection,
+// JSON no larger than the limit, and a $type naming the collection.
+// createdAt in the JSON fills CreatedAt when the caller left it empty.
+func (s *Service) checkRecord(i int, r *store.Record) error {
+	if err := s.validate([]string{r.URI}); err != nil {
+		return &InvalidRecordError{Index: i, URI: r.URI, Reason: err.(*InvalidURIError).Err.Error()}
+	}
+	if len(r.JSON) > s.limits.MaxRecordBytes {
+		return &InvalidRecordError{Index: i, URI: r.URI, Reason: fmt.Sprintf("record is %d bytes, over the limit of %d", len(r.JSON), s.limits.MaxRecordBytes)}
+	}
+	var head struct {
+		Type      string `json:"$type"`
+		CreatedAt string `json:"createdAt"`
+	}
+	if err := json.Unmarshal(r.JSON, &head); err != nil {
+		return &InvalidRecordError{Index: i, URI: r.URI, Reason: "record is not a JSON object: " + err.Error()}
+	}
+	if head.Type != s.collection {
+		return &InvalidRecordError{Index: i, URI: r.URI, Reason: fmt.Sprintf("record $type is %q, want %q", head.Type, s.collection)}
+	}
+	if r.CreatedAt.IsZero() && head.CreatedAt != "" {
+		if t, err := time.Parse(time.RFC3339Nano, head.CreatedAt); err == nil {
+			r.CreatedAt = t
+		}
+	}
+	return nil
+}
+
+func uriList(recs []store.Record) []string {
+	out := make([]string, len(recs))
+	for i, r := range recs {
+		out[i] = r.URI
+	}
+	return out
+}

@@ -1,0 +1,135 @@
+// Package rpc implements the sluice.v1.PostRecords gRPC service over the
+// posts read path, and is the one place where errors become gRPC status
+// codes.
+//
+// Handlers here translate messages and errors, nothing more: limits,
+// identity and admission belong to the guard that serves them, and
+// caching to package posts. The package declares the default policy of
+// each of its methods (DefaultPolicies); a method added to the proto
+// without one cannot be registered.
+package rpc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
+	"github.com/sluice-dev/sluice/internal/guard"
+	"github.com/sluice-dev/sluice/internal/posts"
+	"github.com/sluice-dev/sluice/internal/store"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// ItemRecorder learns where each batch's answers came from (for metrics).
+// Implementations must not block.
+type ItemRecorder interface {
+	RecordItems(ctx context.Context, method string, c posts.Counts)
+}
+
+type nopRecorder struct{}
+
+func (nopRecorder) RecordItems(context.Context, string, posts.Counts) {}
+
+// PostRecords serves sluice.v1.PostRecords.
+type PostRecords struct {
+	sluicev1.UnimplementedPostRecordsServer
+	posts    *posts.Service
+	recorder ItemRecorder
+}
+
+// NewPostRecords returns the service over p; rec may be nil.
+func NewPostRecords(p *posts.Service, rec ItemRecorder) *PostRecords {
+	if rec == nil {
+		rec = nopRecorder{}
+	}
+	return &PostRecords{posts: p, recorder: rec}
+}
+
+// DefaultPolicies returns the policy of every sluice.v1.PostRecords method
+// unless the config file overrides it.
+func DefaultPolicies() map[string]guard.Policy {
+	batch := guard.DefaultPolicy()
+	single := guard.Policy{MaxItems: 1, MaxURILength: batch.MaxURILength, Concurrency: 1, Timeout: time.Second}
+	svc := sluicev1.PostRecords_ServiceDesc.ServiceName
+	return map[string]guard.Policy{
+		svc + "/GetPostRecords":    batch,
+		svc + "/GetPostRecord":     single,
+		svc + "/PutPostRecords":    batch,
+		svc + "/DeletePostRecords": batch,
+	}
+}
+
+// GetPostRecords answers a batch, aligned with the request.
+func (s *PostRecords) GetPostRecords(ctx context.Context, req *sluicev1.GetPostRecordsRequest) (*sluicev1.GetPostRecordsResponse, error) {
+	results, counts, err := s.posts.Get(ctx, req.GetUris())
+	if err != nil {
+		return nil, toStatus("GetPostRecords", err)
+	}
+	s.recorder.RecordItems(ctx, "GetPostRecords", counts)
+	resp := &sluicev1.GetPostRecordsResponse{Records: make([]*sluicev1.PostRecord, len(results))}
+	for i, r := range results {
+		resp.Records[i] = posts.ToProto(r.Record, r.Found)
+	}
+	return resp, nil
+}
+
+// GetPostRecord answers one URI; a missing post has found=false.
+func (s *PostRecords) GetPostRecord(ctx context.Context, req *sluicev1.GetPostRecordRequest) (*sluicev1.PostRecord, error) {
+	results, counts, err := s.posts.Get(ctx, []string{req.GetUri()})
+	if err != nil {
+		return nil, toStatus("GetPostRecord", err)
+	}
+	s.recorder.RecordItems(ctx, "GetPostRecord", counts)
+	return posts.ToProto(results[0].Record, results[0].Found), nil
+}
+
+// PutPostRecords writes a batch, all or nothing.
+func (s *PostRecords) PutPostRecords(ctx context.Context, req *sluicev1.PutPostRecordsRequest) (*sluicev1.PutPostRecordsResponse, error) {
+	recs := make([]store.Record, len(req.GetRecords()))
+	for i, pr := range req.GetRecords() {
+		recs[i] = posts.FromProto(pr)
+	}
+	n, err := s.posts.Put(ctx, recs)
+	if err != nil {
+		return nil, toStatus("PutPostRecords", err)
+	}
+	return &sluicev1.PutPostRecordsResponse{Written: uint32(n)}, nil
+}
+
+// DeletePostRecords deletes a batch; missing URIs are not an error.
+func (s *PostRecords) DeletePostRecords(ctx context.Context, req *sluicev1.DeletePostRecordsRequest) (*sluicev1.DeletePostRecordsResponse, error) {
+	n, err := s.posts.Delete(ctx, req.GetUris())
+	if err != nil {
+		return nil, toStatus("DeletePostRecords", err)
+	}
+	return &sluicev1.DeletePostRecordsResponse{Deleted: uint32(n)}, nil
+}
+
+// toStatus maps the read path's errors to gRPC status codes. It is the
+// only such mapping in sluice besides the guard's own refusals.
+func toStatus(method string, err error) error {
+	var badURI *posts.InvalidURIError
+	var badRecord *posts.InvalidRecordError
+	switch {
+	case errors.As(err, &badURI):
+		return guard.InvalidArgument(fieldIndex("uris", badURI.Index), method+": "+badURI.Error())
+	case errors.As(err, &badRecord):
+		return guard.InvalidArgument(fieldIndex("records", badRecord.Index), method+": "+badRecord.Error()+"; nothing in this batch was written")
+	case errors.Is(err, store.ErrInvalid):
+		return status.Errorf(codes.InvalidArgument, "%s: %v; nothing in this batch was written", method, err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return status.Errorf(codes.DeadlineExceeded, "%s: deadline exceeded: %v", method, err)
+	case errors.Is(err, context.Canceled):
+		return status.Errorf(codes.Canceled, "%s: canceled: %v", method, err)
+	case errors.Is(err, store.ErrUnavailable):
+		return status.Errorf(codes.Unavailable, "%s: the record store is unavailable: %v; cached records are still served, retry the rest with backoff", method, err)
+	}
+	return status.Errorf(codes.Internal, "%s: %v", method, err)
+}
+
+func fieldIndex(field string, i int) string {
+	return fmt.Sprintf("%s[%d]", field, i)
+}

@@ -1,0 +1,60 @@
+package boltstore
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/store"
+)
+
+// Tests that encodeValue and decodeValue round-trip every field, including
+// zero and pre-1970 times.
+func TestEncodingRoundTrip(t *testing.T) {
+	tests := []struct {
+		name string
+		rec  store.Record
+	}{
+		{"typical", rec(1)},
+		{"zero times and empty CID", store.Record{JSON: []byte(`{}`)}},
+		{"before 1970", store.Record{CID: "c", JSON: []byte(`[]`), CreatedAt: time.Date(1969, 7, 20, 20, 17, 0, 999, time.UTC)}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := decodeValue(encodeValue(tt.rec))
+			if err != nil {
+				t.Fatalf("decodeValue: %v", err)
+			}
+			got.URI = tt.rec.URI
+			if !sameRecord(got, tt.rec) {
+				t.Fatalf("round trip = %+v, want %+v", got, tt.rec)
+			}
+		})
+	}
+}
+
+// Tests that every truncation of a valid value, and trailing garbage, is
+// reported as corrupt instead of decoding to a wrong record.
+func TestDecodeCorrupt(t *testing.T) {
+	v := encodeValue(rec(1))
+	for n := range len(v) {
+		if _, err := decodeValue(v[:n]); !errors.Is(err, errCorrupt) {
+			t.Errorf("decodeValue(first %d of %d bytes) error = %v, want errCorrupt", n, len(v), err)
+		}
+	}
+	if _, err := decodeValue(append(v[:len(v):len(v)], 0)); !errors.Is(err, errCorrupt) {
+		t.Errorf("decodeValue(trailing byte) error = %v, want errCorrupt", err)
+	}
+}
+
+// Tests that appending to a decoded CID-adjacent JSON slice cannot reach
+// into memory beyond it.
+func TestDecodedJSONHasNoSpareCapacity(t *testing.T) {
+	r, err := decodeValue(encodeValue(rec(1)))
+	if err != nil {
+		t.Fatalf("decodeValue: %v", err)
+	}
+	if len(r.JSON) != cap(r.JSON) {
+		t.Fatalf("decoded JSON len %d cap %d, want equal", len(r.JSON), cap(r.JSON))
+	}
+}

@@ -1,0 +1,47 @@
+package synth
+
+import (
+	"encoding/json"
+	"testing"
+
+	"github.com/sluice-dev/sluice/internal/aturi"
+)
+
+func TestPostsAreRealistic(t *testing.T) {
+	g := New(1, 50)
+	seen := map[string]bool{}
+	for range 2000 {
+		r := g.Next()
+		if _, err := aturi.ParseIn(r.URI, aturi.PostCollection); err != nil {
+			t.Fatalf("bad uri %q: %v", r.URI, err)
+		}
+		if seen[r.URI] {
+			t.Fatalf("duplicate uri %q", r.URI)
+		}
+		seen[r.URI] = true
+		if n := len(r.JSON); n < 100 || n > 3000 {
+			t.Errorf("record %s is %d bytes, want 100..3000", r.URI, n)
+		}
+		var p map[string]any
+		if err := json.Unmarshal(r.JSON, &p); err != nil {
+			t.Fatalf("record %s: %v", r.URI, err)
+		}
+		if p["$type"] != "app.bsky.feed.post" || p["text"] == "" || p["createdAt"] == "" || p["langs"] == nil {
+			t.Errorf("record %s lacks post fields: %s", r.URI, r.JSON)
+		}
+	}
+	if miss := g.MissingURI(); seen[miss] {
+		t.Errorf("MissingURI %q was generated", miss)
+	} else if _, err := aturi.Parse(miss); err != nil {
+		t.Errorf("MissingURI %q: %v", miss, err)
+	}
+}
+
+func TestDeterministic(t *testing.T) {
+	a, b := New(7, 3), New(7, 3)
+	for range 10 {
+		if x, y := a.Next(), b.Next(); x.URI != y.URI || string(x.JSON) != string(y.JSON) {
+			t.Fatalf("same seed differs: %s vs %s", x.URI, y.URI)
+		}
+	}
+}

@@ -1,0 +1,58 @@
+package telemetry
+
+import (
+	"context"
+
+	"github.com/sluice-dev/sluice/internal/cache"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// breakerStates gives the breaker_state gauge its values.
+var breakerStates = map[string]int64{"closed": 0, "half-open": 1, "open": 2}
+
+// ObserveCache exports the memcached pool's per-server figures: dials,
+// open and in-use connections, waits, hits, misses, errors, calls skipped
+// by the breaker, and the breaker's state (0 closed, 1 half-open, 2 open).
+func (t *Telemetry) ObserveCache(stats func() []cache.ServerStats) error {
+	m := t.meter
+	counters := map[string]func(cache.ServerStats) int64{
+		"sluice.memcached.dials": func(s cache.ServerStats) int64 { return s.Dials },
+		"sluice.memcached.waits": func(s cache.ServerStats) int64 { return s.Waits },
+		"sluice.cache.hits":      func(s cache.ServerStats) int64 { return s.Hits },
+		"sluice.cache.misses":    func(s cache.ServerStats) int64 { return s.Misses },
+		"sluice.cache.errors":    func(s cache.ServerStats) int64 { return s.Errors },
+		"sluice.cache.skipped":   func(s cache.ServerStats) int64 { return s.Skipped },
+	}
+	gauges := map[string]func(cache.ServerStats) int64{
+		"sluice.memcached.connections.open":   func(s cache.ServerStats) int64 { return s.OpenConns },
+		"sluice.memcached.connections.in_use": func(s cache.ServerStats) int64 { return s.InUse },
+		"sluice.cache.breaker_state":          func(s cache.ServerStats) int64 { return breakerStates[s.BreakerState] },
+	}
+	var insts []metric.Observable
+	obs := map[metric.Observable]func(cache.ServerStats) int64{}
+	for name, f := range counters {
+		c, err := m.Int64ObservableCounter(name)
+		if err != nil {
+			return err
+		}
+		insts, obs[c] = append(insts, c), f
+	}
+	for name, f := range gauges {
+		g, err := m.Int64ObservableGauge(name)
+		if err != nil {
+			return err
+		}
+		insts, obs[g] = append(insts, g), f
+	}
+	_, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		for _, s := range stats() {
+			attrs := metric.WithAttributes(attribute.String("server", s.Addr))
+			for inst, f := range obs {
+				o.ObserveInt64(inst.(metric.Int64Observable), f(s), attrs)
+			}
+		}
+		return nil
+	}, insts...)
+	return err
+}
