@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/store/boltstore"
 	"github.com/sluice-dev/sluice/internal/synth"
@@ -32,7 +33,7 @@ func seed(ctx context.Context, args []string) error {
 	if *n < 1 || *batch < 1 {
 		return fmt.Errorf("seed: --posts and --batch must be at least 1")
 	}
-	st, err := boltstore.Open(filepath.Join(*dataDir, storeFile), boltstore.Options{})
+	st, err := boltstore.Open(filepath.Join(*dataDir, app.StoreFile), boltstore.Options{})
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,153 @@
+// Package app assembles a sluice server from its parts — store, cache,
+// telemetry, guard, services and the admin endpoints — and runs it until
+// its context ends, then drains it.
+//
+// It holds no logic of its own beyond wiring and the order of start-up
+// and shutdown; `sluice serve` and the end-to-end tests build servers
+// only through it, so what the tests run is what operators run.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"time"
+
+	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
+	"github.com/sluice-dev/sluice/internal/admin"
+	"github.com/sluice-dev/sluice/internal/aturi"
+	"github.com/sluice-dev/sluice/internal/cache"
+	"github.com/sluice-dev/sluice/internal/guard"
+	"github.com/sluice-dev/sluice/internal/posts"
+	"github.com/sluice-dev/sluice/internal/rpc"
+	"github.com/sluice-dev/sluice/internal/store"
+	"github.com/sluice-dev/sluice/internal/store/boltstore"
+	"github.com/sluice-dev/sluice/internal/telemetry"
+	"golang.org/x/sync/errgroup"
+)
+
+// StoreFile is the embedded store's file name inside Config.DataDir.
+const StoreFile = "sluice.db"
+
+// App is one assembled sluice server.
+type App struct {
+	cfg       Config
+	log       *slog.Logger
+	Store     store.Store
+	Cache     *cache.Cache
+	Telemetry *telemetry.Telemetry
+	Posts     *posts.Service
+	Guard     *guard.Server
+	Admin     *admin.Server
+	closers   []func() error
+}
+
+// New opens the store and builds every part; it listens on nothing yet.
+func New(cfg Config, log *slog.Logger) (*App, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	a := &App{cfg: cfg, log: log}
+	if err := a.build(); err != nil {
+		a.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+func (a *App) build() error {
+	st, err := boltstore.Open(filepath.Join(a.cfg.DataDir, StoreFile), boltstore.Options{})
+	if err != nil {
+		return err
+	}
+	a.Store, a.closers = st, append(a.closers, st.Close)
+	if a.Cache, err = cache.New(a.cfg.Cache); err != nil {
+		return err
+	}
+	a.closers = append(a.closers, a.Cache.Close)
+	if a.Telemetry, err = telemetry.New(a.cfg.Telemetry); err != nil {
+		return err
+	}
+	a.closers = append(a.closers, func() error { return a.Telemetry.Shutdown(context.Background()) })
+	requests, err := a.Telemetry.NewRequests()
+	if err != nil {
+		return err
+	}
+	if err := a.Telemetry.ObserveCache(a.Cache.Stats); err != nil {
+		return err
+	}
+	if a.Guard, err = guard.New(a.cfg.Guard, guard.WithObserver(requests)); err != nil {
+		return err
+	}
+	a.Posts = posts.New(aturi.PostCollection, a.Cache, a.Store, posts.DefaultWriteLimits())
+	if err := a.Guard.Register(&sluicev1.PostRecords_ServiceDesc, rpc.NewPostRecords(a.Posts, requests)); err != nil {
+		return err
+	}
+	a.Admin = admin.New(a.Telemetry.Handler())
+	return nil
+}
+
+// Close releases the cache, store and telemetry, in reverse order of
+// opening.
+func (a *App) Close() error {
+	var errs []error
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		errs = append(errs, a.closers[i]())
+	}
+	a.closers = nil
+	return errors.Join(errs...)
+}
+
+// Listen opens the gRPC and admin listeners from the config.
+func (a *App) Listen() (grpcLis, httpLis net.Listener, err error) {
+	if grpcLis, err = net.Listen("tcp", a.cfg.GRPCAddr); err != nil {
+		return nil, nil, fmt.Errorf("listen gRPC on %s: %w", a.cfg.GRPCAddr, err)
+	}
+	if httpLis, err = net.Listen("tcp", a.cfg.HTTPAddr); err != nil {
+		grpcLis.Close()
+		return nil, nil, fmt.Errorf("listen admin HTTP on %s: %w", a.cfg.HTTPAddr, err)
+	}
+	return grpcLis, httpLis, nil
+}
+
+// Serve serves on the listeners until ctx ends, then drains: readiness
+// drops first, in-flight requests get DrainTimeout, new ones are refused.
+func (a *App) Serve(ctx context.Context, grpcLis, httpLis net.Listener) error {
+	a.log.Info("sluice serving", "grpc", grpcLis.Addr().String(), "admin", httpLis.Addr().String(),
+		"memcached", a.cfg.Cache.Servers, "memcached_max_conns", a.cfg.Cache.MaxConnsPerServer,
+		"data_dir", a.cfg.DataDir, "tls", false, "note", loopbackNote(grpcLis.Addr()))
+	g := new(errgroup.Group)
+	g.SetLimit(3)
+	g.Go(func() error { return a.Guard.Serve(grpcLis) })
+	g.Go(func() error { return a.Admin.Serve(httpLis) })
+	a.Guard.SetServing(true)
+	a.Admin.SetReady(true)
+	g.Go(func() error {
+		<-ctx.Done()
+		return a.drain()
+	})
+	err := g.Wait()
+	a.log.Info("sluice stopped")
+	return err
+}
+
+func (a *App) drain() error {
+	a.log.Info("sluice draining", "timeout", a.cfg.DrainTimeout)
+	a.Admin.SetReady(false)
+	drainCtx, cancel := context.WithTimeout(context.Background(), a.cfg.DrainTimeout)
+	defer cancel()
+	a.Guard.Drain(drainCtx)
+	shutdownCtx, cancel2 := context.WithTimeout(context.Background(), time.Second)
+	defer cancel2()
+	return a.Admin.Shutdown(shutdownCtx)
+}
+
+func loopbackNote(addr net.Addr) string {
+	if tcp, ok := addr.(*net.TCPAddr); ok && tcp.IP.IsLoopback() {
+		return "listening on loopback only; without TLS every caller's claimed name is trusted"
+	}
+	return "listening beyond loopback without TLS; callers' names are not authenticated"
+}

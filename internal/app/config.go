@@ -1,0 +1,127 @@
+package app
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/cache"
+	"github.com/sluice-dev/sluice/internal/guard"
+	"github.com/sluice-dev/sluice/internal/rpc"
+	"github.com/sluice-dev/sluice/internal/telemetry"
+	"gopkg.in/yaml.v3"
+)
+
+// fileConfig is the shape of the YAML file given with --config. Every
+// section is optional; what it leaves out keeps its default.
+type fileConfig struct {
+	Guard     guard.Config     `yaml:"guard"`
+	Cache     cacheFile        `yaml:"cache"`
+	Telemetry telemetry.Config `yaml:"telemetry"`
+}
+
+// cacheFile holds the cache settings a file may change; servers and the
+// connection cap come from flags.
+type cacheFile struct {
+	Timeout         time.Duration `yaml:"timeout"`
+	TTL             time.Duration `yaml:"ttl"`
+	NegativeTTL     time.Duration `yaml:"negative_ttl"`
+	TombstoneTTL    time.Duration `yaml:"tombstone_ttl"`
+	MaxKeysPerGet   int           `yaml:"max_keys_per_get"`
+	BreakerFailures uint32        `yaml:"breaker_failures"`
+	BreakerCoolDown time.Duration `yaml:"breaker_cool_down"`
+}
+
+// Config is everything a sluice server needs, assembled from defaults,
+// the config file and flags (in that order of precedence, lowest first).
+type Config struct {
+	DataDir      string
+	GRPCAddr     string
+	HTTPAddr     string
+	DrainTimeout time.Duration
+	Guard        guard.Config
+	Cache        cache.Config
+	Telemetry    telemetry.Config
+}
+
+// DefaultConfig returns the defaults of every component, with the
+// default policy of every served method.
+func DefaultConfig() Config {
+	cfg := Config{
+		DataDir:      ".data",
+		GRPCAddr:     "127.0.0.1:50051",
+		HTTPAddr:     "127.0.0.1:8080",
+		DrainTimeout: 10 * time.Second,
+		Guard:        guard.DefaultConfig(),
+		Cache:        cache.DefaultConfig(),
+	}
+	for name, p := range rpc.DefaultPolicies() {
+		cfg.Guard.Methods[name] = p
+	}
+	return cfg
+}
+
+// LoadFile overlays the YAML file at path on c.
+func (c *Config) LoadFile(path string) error {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config: %w", err)
+	}
+	var f fileConfig
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
+	c.Guard = c.Guard.Merge(f.Guard)
+	c.Cache = overlayCache(c.Cache, f.Cache)
+	c.Telemetry = f.Telemetry
+	return nil
+}
+
+func overlayCache(c cache.Config, f cacheFile) cache.Config {
+	setDur(&c.Timeout, f.Timeout)
+	setDur(&c.TTL, f.TTL)
+	setDur(&c.NegativeTTL, f.NegativeTTL)
+	setDur(&c.TombstoneTTL, f.TombstoneTTL)
+	setDur(&c.BreakerCoolDown, f.BreakerCoolDown)
+	if f.MaxKeysPerGet != 0 {
+		c.MaxKeysPerGet = f.MaxKeysPerGet
+	}
+	if f.BreakerFailures != 0 {
+		c.BreakerFailures = f.BreakerFailures
+	}
+	return c
+}
+
+func setDur(dst *time.Duration, v time.Duration) {
+	if v != 0 {
+		*dst = v
+	}
+}
+
+// Validate checks every component's config and how they fit together.
+func (c Config) Validate() error {
+	var errs []error
+	if err := c.Guard.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Cache.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if longest := c.longestTimeout(); c.Cache.TombstoneTTL <= longest {
+		errs = append(errs, fmt.Errorf("config: cache tombstone_ttl %v must exceed the longest method timeout %v, or a slow read could refill a stale record", c.Cache.TombstoneTTL, longest))
+	}
+	return errors.Join(errs...)
+}
+
+func (c Config) longestTimeout() time.Duration {
+	var longest time.Duration
+	for _, p := range c.Guard.Methods {
+		longest = max(longest, p.Timeout)
+	}
+	return longest
+}
