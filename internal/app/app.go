@@ -82,7 +82,11 @@ func (a *App) build() error {
 	if a.Guard, err = guard.New(a.cfg.Guard, guard.WithObserver(requests)); err != nil {
 		return err
 	}
-	a.Posts = posts.New(aturi.PostCollection, a.Cache, a.Store, posts.DefaultWriteLimits())
+	instrumented, err := a.Telemetry.InstrumentStore(a.Store)
+	if err != nil {
+		return err
+	}
+	a.Posts = posts.New(aturi.PostCollection, a.Cache, instrumented, posts.DefaultWriteLimits())
 	if err := a.Guard.Register(&sluicev1.PostRecords_ServiceDesc, rpc.NewPostRecords(a.Posts, requests)); err != nil {
 		return err
 	}

@@ -1,0 +1,44 @@
+# sluice — `make run` serves a demo, `make test` runs every test against
+# real servers. `make help` lists the targets.
+SHELL := /bin/bash
+GO ?= go
+TEST_FLAGS ?= -race -timeout 15m
+FUZZTIME ?= 5s
+
+.PHONY: help run build test unit generate fuzz fuzz-long vet deps-up deps-down clean
+
+help: ## list targets
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+run: ## install and start memcached, build, seed a demo dataset, serve
+	scripts/run.sh
+
+build: ## build bin/sluice
+	$(GO) build -o bin/sluice ./cmd/sluice
+
+generate: ## rebuild api/ from proto/ with pinned generators
+	scripts/generate.sh
+
+vet: ## go vet, gofmt
+	$(GO) vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
+
+test: vet ## start real servers, run all tests and brief fuzzing
+	eval "$$(scripts/test-deps.sh up)" && \
+	$(GO) test $(TEST_FLAGS) ./... && \
+	$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME)
+
+fuzz: ## run each fuzz target for FUZZTIME (default 5s)
+	scripts/fuzz.sh $(FUZZTIME)
+
+fuzz-long: ## run each fuzz target for 2 minutes
+	scripts/fuzz.sh 2m
+
+deps-up: ## start the servers tests use and print their environment
+	scripts/test-deps.sh up
+
+deps-down: ## stop them
+	scripts/test-deps.sh down
+
+clean: ## remove build outputs and local data
+	rm -rf bin .data test-artifacts

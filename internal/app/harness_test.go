@@ -1,0 +1,190 @@
+package app
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
+	"github.com/sluice-dev/sluice/internal/store"
+	"github.com/sluice-dev/sluice/internal/synth"
+	"github.com/sluice-dev/sluice/internal/testenv"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"))
+}
+
+const defaultTestTimeout = 60 * time.Second
+
+// testServer is a real sluice — embedded store, real memcached, gRPC and
+// admin HTTP on loopback — built through New, as `sluice serve` builds it.
+type testServer struct {
+	t         *testing.T
+	app       *App
+	memcached *testenv.Memcached
+	conn      *grpc.ClientConn
+	client    sluicev1.PostRecordsClient
+	adminURL  string
+	posts     []store.Record
+	missing   []string
+}
+
+// startServer seeds nPosts synthetic posts and serves them; mutate may
+// change the config first.
+func startServer(t *testing.T, nPosts int, mutate func(*Config)) *testServer {
+	t.Helper()
+	mc := testenv.StartMemcached(t)
+	cfg := DefaultConfig()
+	cfg.DataDir = t.TempDir()
+	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Cache.Servers = []string{mc.Addr()}
+	cfg.DrainTimeout = 2 * time.Second
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	a, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	ts := &testServer{t: t, app: a, memcached: mc}
+	ts.seed(nPosts)
+	grpcLis, httpLis, err := a.Listen()
+	if err != nil {
+		t.Fatalf("Listen: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- a.Serve(ctx, grpcLis, httpLis) }()
+	ts.adminURL = "http://" + httpLis.Addr().String()
+	ts.conn, err = grpc.NewClient(grpcLis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	ts.client = sluicev1.NewPostRecordsClient(ts.conn)
+	t.Cleanup(func() {
+		ts.conn.Close()
+		cancel()
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+		if err := a.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return ts
+}
+
+func (ts *testServer) seed(n int) {
+	ts.t.Helper()
+	gen := synth.New(42, 200)
+	for range n {
+		ts.posts = append(ts.posts, gen.Next())
+	}
+	for range 100 {
+		ts.missing = append(ts.missing, gen.MissingURI())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	for i := 0; i < len(ts.posts); i += 1000 {
+		if err := ts.app.Store.Put(ctx, ts.posts[i:min(i+1000, len(ts.posts))]); err != nil {
+			ts.t.Fatalf("seed: %v", err)
+		}
+	}
+}
+
+// ctx returns a context with the test timeout, naming the caller.
+func (ts *testServer) ctx(client string) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	ts.t.Cleanup(cancel)
+	return metadata.AppendToOutgoingContext(ctx, "x-client-id", client)
+}
+
+// metrics scrapes /metrics and returns the families by name.
+func (ts *testServer) metrics() map[string]*dto.MetricFamily {
+	ts.t.Helper()
+	resp, err := http.Get(ts.adminURL + "/metrics")
+	if err != nil {
+		ts.t.Fatalf("scrape: %v", err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		ts.t.Fatalf("parse /metrics: %v", err)
+	}
+	return fams
+}
+
+// sum adds the values of a family's series whose labels include want.
+func sum(fams map[string]*dto.MetricFamily, name string, want map[string]string) float64 {
+	fam, ok := fams[name]
+	if !ok {
+		return 0
+	}
+	var total float64
+	for _, m := range fam.GetMetric() {
+		if !hasLabels(m, want) {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			total += m.Counter.GetValue()
+		case m.Gauge != nil:
+			total += m.Gauge.GetValue()
+		case m.Histogram != nil:
+			total += float64(m.Histogram.GetSampleCount())
+		}
+	}
+	return total
+}
+
+func hasLabels(m *dto.Metric, want map[string]string) bool {
+	got := map[string]string{}
+	for _, l := range m.GetLabel() {
+		got[l.GetName()] = l.GetValue()
+	}
+	for k, v := range want {
+		if got[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// uris returns the URIs of posts[from:to].
+func (ts *testServer) uris(from, to int) []string {
+	out := make([]string, 0, to-from)
+	for _, p := range ts.posts[from:to] {
+		out = append(out, p.URI)
+	}
+	return out
+}
+
+// osThreads reads this process's thread count from /proc/self/status.
+func osThreads(t *testing.T) int {
+	raw, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
+			n, _ := strconv.Atoi(strings.TrimSpace(v))
+			return n
+		}
+	}
+	return 0
+}

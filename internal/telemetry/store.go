@@ -1,0 +1,81 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/store"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// Store wraps a store.Store and counts its reads, writes, errors and read
+// latency. It changes no behaviour.
+type Store struct {
+	store.Store
+	reads    metric.Int64Counter
+	writes   metric.Int64Counter
+	duration metric.Float64Histogram
+}
+
+var _ store.Store = (*Store)(nil)
+
+// InstrumentStore returns s with metrics.
+func (t *Telemetry) InstrumentStore(s store.Store) (*Store, error) {
+	m := t.meter
+	w := &Store{Store: s}
+	var err error
+	if w.reads, err = m.Int64Counter("sluice.store.reads",
+		metric.WithDescription("Store point reads, by result (found, not_found, error).")); err != nil {
+		return nil, err
+	}
+	if w.writes, err = m.Int64Counter("sluice.store.writes",
+		metric.WithDescription("Store write batches, by operation (put, delete) and result (ok, error).")); err != nil {
+		return nil, err
+	}
+	if w.duration, err = m.Float64Histogram("sluice.store.read.duration", metric.WithUnit("s"),
+		metric.WithDescription("Store point-read latency."),
+		metric.WithExplicitBucketBoundaries(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// Get implements store.Store.
+func (s *Store) Get(ctx context.Context, uri string) (store.Record, error) {
+	start := time.Now()
+	rec, err := s.Store.Get(ctx, uri)
+	s.duration.Record(ctx, time.Since(start).Seconds())
+	result := "found"
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		result = "not_found"
+	case err != nil:
+		result = "error"
+	}
+	s.reads.Add(ctx, 1, metric.WithAttributes(attribute.String("result", result)))
+	return rec, err
+}
+
+// Put implements store.Store.
+func (s *Store) Put(ctx context.Context, recs []store.Record) error {
+	err := s.Store.Put(ctx, recs)
+	s.countWrite(ctx, "put", err)
+	return err
+}
+
+// Delete implements store.Store.
+func (s *Store) Delete(ctx context.Context, uris []string) (int, error) {
+	n, err := s.Store.Delete(ctx, uris)
+	s.countWrite(ctx, "delete", err)
+	return n, err
+}
+
+func (s *Store) countWrite(ctx context.Context, op string, err error) {
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	s.writes.Add(ctx, 1, metric.WithAttributes(attribute.String("op", op), attribute.String("result", result)))
+}

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Starts and stops the real servers sluice's tests run against, installing
+# them from Debian's packages when missing.
+#
+#   scripts/test-deps.sh up     start them; print the environment tests read
+#   scripts/test-deps.sh env    print that environment without starting anything
+#   scripts/test-deps.sh down   stop them
+#
+# Use:  eval "$(scripts/test-deps.sh up)"
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+DEPS="$ROOT/.deps"
+MEMCACHED_PORT=${SLUICE_TEST_MEMCACHED_PORT:-21211}
+mkdir -p "$DEPS"
+
+log() { echo "test-deps: $*" >&2; }
+
+memcached_up() {
+  scripts/apt-install.sh memcached
+  # Debian starts a system memcached on 11211 after install; tests use their own.
+  if [[ -f "$DEPS/memcached.pid" ]] && kill -0 "$(cat "$DEPS/memcached.pid")" 2>/dev/null; then
+    log "memcached already running on 127.0.0.1:$MEMCACHED_PORT"
+    return
+  fi
+  local user=()
+  [[ $(id -u) -eq 0 ]] && user=(-u root)
+  /usr/bin/memcached -d -P "$DEPS/memcached.pid" -l 127.0.0.1 -p "$MEMCACHED_PORT" -U 0 -m 256 -c 4096 "${user[@]}"
+  for _ in $(seq 50); do
+    if (exec 3<>/dev/tcp/127.0.0.1/"$MEMCACHED_PORT") 2>/dev/null; then
+      log "memcached up on 127.0.0.1:$MEMCACHED_PORT"
+      return
+    fi
+    sleep 0.1
+  done
+  log "memcached did not start on 127.0.0.1:$MEMCACHED_PORT"; exit 1
+}
+
+stop_pidfile() {
+  local f=$1
+  [[ -f $f ]] || return 0
+  local pid; pid=$(cat "$f")
+  if kill -0 "$pid" 2>/dev/null; then
+    kill "$pid"
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+    kill -9 "$pid" 2>/dev/null || true
+  fi
+  rm -f "$f"
+}
+
+print_env() {
+  cat <<ENV
+export SLUICE_REQUIRE_DEPS=1
+export SLUICE_TEST_MEMCACHED=127.0.0.1:$MEMCACHED_PORT
+export MEMCACHED_BIN=/usr/bin/memcached
+ENV
+}
+
+case "${1:-}" in
+  up)   memcached_up; print_env ;;
+  env)  print_env ;;
+  down) stop_pidfile "$DEPS/memcached.pid"; log "stopped" ;;
+  *)    echo "usage: $0 up|env|down" >&2; exit 2 ;;
+esac
