@@ -63,6 +63,7 @@ func TestConcurrentBatchesRespectPoolCap(t *testing.T) {
 	ts := startServer(t, 6000, func(c *Config) { c.Cache.MaxConnsPerServer = capConns })
 	mcAddr := netip.MustParseAddrPort(ts.memcached.Addr())
 	policy := ts.app.cfg.Guard.Methods["sluice.v1.PostRecords/GetPostRecords"]
+	ts.warm(batch)
 	baseGoroutines := runtime.NumGoroutine()
 	// Each in-flight request runs its handler plus at most Concurrency
 	// fan-out tasks; the client side adds one goroutine per caller, and
@@ -109,6 +110,7 @@ func TestConcurrentBatchesRespectPoolCap(t *testing.T) {
 // without restarting sluice.
 func TestMemcachedStoppedMidLoad(t *testing.T) {
 	ts := startServer(t, 3000, func(c *Config) { c.Cache.BreakerCoolDown = 500 * time.Millisecond })
+	ts.warm(1000)
 	l := startLoad(ts, 8, 200)
 	time.Sleep(time.Second)
 	ts.memcached.Stop()
@@ -132,5 +134,17 @@ func TestMemcachedStoppedMidLoad(t *testing.T) {
 	}
 	if recovered.BreakerState != "closed" {
 		t.Errorf("breaker %s after recovery, want closed", recovered.BreakerState)
+	}
+}
+
+// warm reads every seeded post once, so that load starts on a warm cache
+// as it does in production.
+func (ts *testServer) warm(batch int) {
+	ts.t.Helper()
+	for from := 0; from < len(ts.posts); from += batch {
+		to := min(from+batch, len(ts.posts))
+		if _, err := ts.client.GetPostRecords(ts.ctx("warmup"), &sluicev1.GetPostRecordsRequest{Uris: ts.uris(from, to)}); err != nil {
+			ts.t.Fatalf("warm up: %v", err)
+		}
 	}
 }

@@ -65,7 +65,15 @@ type finding struct {
 	msg string
 }
 
-func (f finding) String() string { return fmt.Sprintf("%s: %s", f.pos, f.msg) }
+func (f finding) String() string {
+	if strings.Contains(f.msg, fmt.Sprintf("%s:%d", f.pos.Filename, f.pos.Line)) {
+		return f.msg
+	}
+	return fmt.Sprintf("%s: %s", f.pos, f.msg)
+}
+
+// at formats a position as file:line for messages.
+func at(pos token.Position) string { return fmt.Sprintf("%s:%d", pos.Filename, pos.Line) }
 
 // sourceFile is one parsed Go file of the module.
 type sourceFile struct {
@@ -211,17 +219,23 @@ func findUnlimitedErrgroups(fset *token.FileSet, f *ast.File) []finding {
 	collect := func(root ast.Node) []groupCreation {
 		var found []groupCreation
 		bound := map[ast.Expr]bool{}
+		markBound := func(e ast.Expr) {
+			bound[e] = true
+			if u, ok := e.(*ast.UnaryExpr); ok {
+				bound[ast.Unparen(u.X)] = true // the literal inside &T{}
+			}
+		}
 		bind := func(lhs []ast.Expr, rhs []ast.Expr) {
 			switch {
 			case len(lhs) == len(rhs):
 				for i, r := range rhs {
 					if creates(r) {
-						bound[ast.Unparen(r)] = true
+						markBound(ast.Unparen(r))
 						found = append(found, groupCreation{expr: ast.Unparen(r), key: types.ExprString(lhs[i])})
 					}
 				}
 			case len(rhs) == 1 && len(lhs) > 1 && creates(rhs[0]):
-				bound[ast.Unparen(rhs[0])] = true
+				markBound(ast.Unparen(rhs[0]))
 				found = append(found, groupCreation{expr: ast.Unparen(rhs[0]), key: types.ExprString(lhs[0])})
 			}
 		}
@@ -247,24 +261,18 @@ func findUnlimitedErrgroups(fset *token.FileSet, f *ast.File) []finding {
 				}
 				bind(lhs, n.Values)
 			case ast.Expr:
+				// Statements are visited before their expressions, so a
+				// bound Group is already known here.
 				if creates(n) && !bound[n] {
 					// Passed on, returned or stored in a literal before
 					// any SetLimit could be called on it.
 					found = append(found, groupCreation{expr: n})
+					markBound(n)
 				}
 			}
 			return true
 		})
-		// A Group bound to a variable is found twice, once through its
-		// statement and once as an expression visited later; keep the first.
-		var uniq []groupCreation
-		for _, c := range found {
-			if c.key == "" && bound[c.expr] {
-				continue
-			}
-			uniq = append(uniq, c)
-		}
-		return uniq
+		return found
 	}
 
 	// check reports the creations in the function named name whose body
@@ -277,7 +285,7 @@ func findUnlimitedErrgroups(fset *token.FileSet, f *ast.File) []finding {
 				continue
 			}
 			if c.key == "" {
-				out = append(out, finding{pos, fmt.Sprintf("errgroup in %s at %s is not bound to a variable, so it has no SetLimit before Go", name, pos)})
+				out = append(out, finding{pos, fmt.Sprintf("errgroup in %s at %s is not bound to a variable, so it has no SetLimit before Go", name, at(pos))})
 				continue
 			}
 			// The group lives from its creation until the same name is
@@ -317,29 +325,33 @@ func findUnlimitedErrgroups(fset *token.FileSet, f *ast.File) []finding {
 			}
 			switch {
 			case !setLimit.IsValid() || (firstGo.IsValid() && firstGo < setLimit):
-				out = append(out, finding{pos, fmt.Sprintf("errgroup %s in %s at %s has no SetLimit before Go", c.key, name, pos)})
+				out = append(out, finding{pos, fmt.Sprintf("errgroup %s in %s at %s has no SetLimit before Go", c.key, name, at(pos))})
 			case negative:
-				out = append(out, finding{pos, fmt.Sprintf("errgroup %s in %s at %s has a negative SetLimit, which removes the limit", c.key, name, pos)})
+				out = append(out, finding{pos, fmt.Sprintf("errgroup %s in %s at %s has a negative SetLimit, which removes the limit", c.key, name, at(pos))})
 			}
 		}
 	}
 
-	// Package-level variables: no function can order SetLimit before Go.
+	// Every function declaration and function literal, each on its own;
+	// package-level variables too, where no function can order SetLimit
+	// before Go.
 	for _, decl := range f.Decls {
-		if gd, ok := decl.(*ast.GenDecl); ok && gd.Tok == token.VAR {
-			check("package scope", gd, nil)
+		var name string
+		switch d := decl.(type) {
+		case *ast.FuncDecl:
+			if d.Body == nil {
+				continue
+			}
+			name = funcName(d)
+			check(name, d.Body, d.Body)
+		case *ast.GenDecl:
+			name = "package scope"
+			if d.Tok == token.VAR {
+				check(name, d, nil)
+			}
 		}
-	}
-	// Every function declaration and function literal, each on its own.
-	for _, decl := range f.Decls {
-		fd, ok := decl.(*ast.FuncDecl)
-		if !ok || fd.Body == nil {
-			continue
-		}
-		name := funcName(fd)
-		check(name, fd.Body, fd.Body)
 		lits := 0
-		ast.Inspect(fd.Body, func(n ast.Node) bool {
+		ast.Inspect(decl, func(n ast.Node) bool {
 			if lit, ok := n.(*ast.FuncLit); ok {
 				lits++
 				check(fmt.Sprintf("%s.func%d", name, lits), lit.Body, lit.Body)
