@@ -1,0 +1,54 @@
+package app
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Tests that the shipped example config loads and validates, so the
+// README's reference cannot drift from the code.
+func TestExampleConfigLoads(t *testing.T) {
+	cfg := DefaultConfig()
+	if err := cfg.LoadFile(filepath.Join("..", "..", "config", "sluice.example.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	p := cfg.Guard.Methods["sluice.v1.PostRecords/GetPostRecord"]
+	if p.MaxItems != 1 || p.Timeout != time.Second || p.MaxURILength != 512 {
+		t.Errorf("GetPostRecord policy = %+v", p)
+	}
+	if len(cfg.Telemetry.Clients) == 0 {
+		t.Error("example lists no clients")
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name, yaml, want string
+	}{
+		{name: "unknown key", yaml: "guard:\n  max_inflight_itemz: 5\n", want: "max_inflight_itemz"},
+		{name: "zero concurrency", yaml: "guard:\n  methods:\n    sluice.v1.PostRecords/GetPostRecords:\n      concurrency: -1\n", want: "sluice.v1.PostRecords/GetPostRecords: concurrency must be at least 1"},
+		{name: "batch over process cap", yaml: "guard:\n  max_inflight_items: 500\n", want: "max_items 1000 exceeds max_inflight_items 500"},
+		{name: "tombstone too short", yaml: "cache:\n  tombstone_ttl: 1s\n", want: "tombstone_ttl 1s must exceed the longest method timeout 2s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "c.yaml")
+			if err := os.WriteFile(path, []byte(tc.yaml), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			cfg := DefaultConfig()
+			err := cfg.LoadFile(path)
+			if err == nil {
+				err = cfg.Validate()
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("error = %v, want it to contain %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,797 @@
+package guard_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	reflectionpb "google.golang.org/grpc/reflection/grpc_reflection_v1"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
+	"github.com/sluice-dev/sluice/internal/guard"
+	"github.com/sluice-dev/sluice/internal/guard/fanout"
+	"github.com/sluice-dev/sluice/internal/identity"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const (
+	getMany = "sluice.v1.PostRecords/GetPostRecords"
+	getOne  = "sluice.v1.PostRecords/GetPostRecord"
+	put     = "sluice.v1.PostRecords/PutPostRecords"
+	del     = "sluice.v1.PostRecords/DeletePostRecords"
+)
+
+// testConfig has a policy for every PostRecords method: batches of up to
+// 1000 URIs of up to 512 bytes, single reads of one.
+func testConfig() guard.Config {
+	batch := guard.Policy{MaxItems: 1000, MaxURILength: 512, Concurrency: 50, Timeout: 5 * time.Second}
+	single := guard.Policy{MaxItems: 1, MaxURILength: 512, Concurrency: 1, Timeout: 5 * time.Second}
+	cfg := guard.DefaultConfig()
+	cfg.Methods = map[string]guard.Policy{getMany: batch, getOne: single, put: batch, del: batch}
+	return cfg
+}
+
+// postRecords is a PostRecordsServer that counts its calls and, in
+// GetPostRecords, fans out over the URIs with fanout.Each, measuring how
+// many tasks run at once.
+type postRecords struct {
+	sluicev1.UnimplementedPostRecordsServer
+
+	calls        atomic.Int64
+	active, peak atomic.Int64
+
+	// wantPeak, when positive, holds each fan-out task until that many
+	// tasks have run at once, so the measured peak does not depend on
+	// scheduling luck.
+	wantPeak    int64
+	reached     chan struct{}
+	reachedOnce sync.Once
+
+	// block, when set, holds GetPostRecords until it is closed or the
+	// request's context ends.
+	block chan struct{}
+	// entered receives a value each time GetPostRecords starts.
+	entered chan struct{}
+	// clients receives the caller's name each time GetPostRecord runs.
+	clients chan string
+}
+
+func newPostRecords() *postRecords {
+	return &postRecords{
+		reached: make(chan struct{}),
+		entered: make(chan struct{}, 16),
+		clients: make(chan string, 16),
+	}
+}
+
+func (p *postRecords) GetPostRecords(ctx context.Context, req *sluicev1.GetPostRecordsRequest) (*sluicev1.GetPostRecordsResponse, error) {
+	p.calls.Add(1)
+	select {
+	case p.entered <- struct{}{}:
+	default:
+	}
+	if p.block != nil {
+		select {
+		case <-p.block:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	uris := req.GetUris()
+	records := make([]*sluicev1.PostRecord, len(uris))
+	err := fanout.Each(ctx, len(uris), func(ctx context.Context, i int) error {
+		cur := p.active.Add(1)
+		defer p.active.Add(-1)
+		for {
+			old := p.peak.Load()
+			if cur <= old || p.peak.CompareAndSwap(old, cur) {
+				break
+			}
+		}
+		if p.wantPeak > 0 {
+			if cur >= p.wantPeak {
+				p.reachedOnce.Do(func() { close(p.reached) })
+			}
+			select {
+			case <-p.reached:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		records[i] = &sluicev1.PostRecord{Uri: uris[i]}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &sluicev1.GetPostRecordsResponse{Records: records}, nil
+}
+
+func (p *postRecords) GetPostRecord(ctx context.Context, req *sluicev1.GetPostRecordRequest) (*sluicev1.PostRecord, error) {
+	p.calls.Add(1)
+	select {
+	case p.clients <- identity.Client(ctx):
+	default:
+	}
+	return &sluicev1.PostRecord{Uri: req.GetUri()}, nil
+}
+
+func (p *postRecords) PutPostRecords(_ context.Context, req *sluicev1.PutPostRecordsRequest) (*sluicev1.PutPostRecordsResponse, error) {
+	p.calls.Add(1)
+	return &sluicev1.PutPostRecordsResponse{Written: uint32(len(req.GetRecords()))}, nil
+}
+
+func (p *postRecords) DeletePostRecords(_ context.Context, req *sluicev1.DeletePostRecordsRequest) (*sluicev1.DeletePostRecordsResponse, error) {
+	p.calls.Add(1)
+	return &sluicev1.DeletePostRecordsResponse{Deleted: uint32(len(req.GetUris()))}, nil
+}
+
+// observer records the guard's reports.
+type observer struct {
+	mu       sync.Mutex
+	rejected []string // reasons
+	finished []codes.Code
+}
+
+func (o *observer) Rejected(_ context.Context, _ guard.Request, reason string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.rejected = append(o.rejected, reason)
+}
+
+func (o *observer) Finished(_ context.Context, _ guard.Request, code codes.Code, _ time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.finished = append(o.finished, code)
+}
+
+func (o *observer) reasons() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.rejected)
+}
+
+// fixture is a guarded server on a loopback port and a client of it.
+type fixture struct {
+	srv    *guard.Server
+	impl   *postRecords
+	addr   string
+	conn   *grpc.ClientConn
+	client sluicev1.PostRecordsClient
+	served chan error
+}
+
+// start serves impl through guard with cfg until the test ends.
+func start(t *testing.T, cfg guard.Config, impl *postRecords, opts ...guard.Option) *fixture {
+	t.Helper()
+	srv, err := guard.New(cfg, opts...)
+	if err != nil {
+		t.Fatalf("guard.New: %v", err)
+	}
+	if err := srv.Register(&sluicev1.PostRecords_ServiceDesc, impl); err != nil {
+		t.Fatalf("Register: %v", err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{srv: srv, impl: impl, addr: lis.Addr().String(), served: make(chan error, 1)}
+	go func() { f.served <- srv.Serve(lis) }()
+	t.Cleanup(func() {
+		// An ended context stops the server at once.
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		srv.Drain(ctx)
+		if err := <-f.served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	f.conn = dial(t, f.addr)
+	f.client = sluicev1.NewPostRecordsClient(f.conn)
+	return f
+}
+
+// dial connects to addr until the test ends.
+func dial(t *testing.T, addr string) *grpc.ClientConn {
+	t.Helper()
+	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+func testContext(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// uris returns n distinct AT-URIs.
+func uris(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("at://did:plc:test/app.bsky.feed.post/3k%07d", i)
+	}
+	return out
+}
+
+// wantCode fails the test unless err is a status with code c.
+func wantCode(t *testing.T, err error, c codes.Code) *status.Status {
+	t.Helper()
+	st, ok := status.FromError(err)
+	if !ok {
+		t.Fatalf("error %v is not a gRPC status", err)
+	}
+	if st.Code() != c {
+		t.Fatalf("code = %v (%q), want %v", st.Code(), st.Message(), c)
+	}
+	return st
+}
+
+// badRequestFields returns the fields of st's BadRequest detail.
+func badRequestFields(st *status.Status) []string {
+	var fields []string
+	for _, d := range st.Details() {
+		if br, ok := d.(*errdetails.BadRequest); ok {
+			for _, v := range br.GetFieldViolations() {
+				fields = append(fields, v.GetField())
+			}
+		}
+	}
+	return fields
+}
+
+// Tests that Register refuses a service unless every method has a policy,
+// naming every missing method, and registers nothing when it refuses.
+func TestRegisterRequiresEveryPolicy(t *testing.T) {
+	cfg := testConfig()
+	cfg.Methods = map[string]guard.Policy{getMany: guard.DefaultPolicy()}
+	srv, err := guard.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Drain(context.Background()) })
+
+	err = srv.Register(&sluicev1.PostRecords_ServiceDesc, newPostRecords())
+	if err == nil {
+		t.Fatal("Register succeeded with three methods lacking a policy")
+	}
+	for _, name := range []string{getOne, put, del} {
+		if !strings.Contains(err.Error(), name) {
+			t.Errorf("error %q does not name %s", err, name)
+		}
+	}
+	if strings.Contains(err.Error(), getMany+",") || strings.HasSuffix(err.Error(), getMany) {
+		t.Errorf("error %q names %s, which has a policy", err, getMany)
+	}
+	if got := srv.Services(); len(got) != 0 {
+		t.Errorf("Services() = %v after a refused Register, want none", got)
+	}
+	if _, ok := srv.Policy("/" + getMany); ok {
+		t.Errorf("Policy(%s) is set after a refused Register", getMany)
+	}
+
+	// Streaming methods are refused whatever the config says.
+	cfg.Methods = map[string]guard.Policy{
+		"grpc.health.v1.Health/Check": guard.DefaultPolicy(),
+		"grpc.health.v1.Health/Watch": guard.DefaultPolicy(),
+		"grpc.health.v1.Health/List":  guard.DefaultPolicy(),
+	}
+	srv2, err := guard.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv2.Drain(context.Background()) })
+	if err := srv2.Register(&healthpb.Health_ServiceDesc, health.NewServer()); err == nil || !strings.Contains(err.Error(), "streaming") {
+		t.Errorf("Register(health) error = %v, want a refusal of its streaming method", err)
+	}
+
+	// With every policy, Register succeeds and reports the policies.
+	srv3, err := guard.New(testConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv3.Drain(context.Background()) })
+	if err := srv3.Register(&sluicev1.PostRecords_ServiceDesc, newPostRecords()); err != nil {
+		t.Fatalf("Register: %v", err)
+	}
+	if got, want := srv3.Services(), []string{"sluice.v1.PostRecords"}; !slices.Equal(got, want) {
+		t.Errorf("Services() = %v, want %v", got, want)
+	}
+	if p, ok := srv3.Policy("/" + getOne); !ok || p.MaxItems != 1 {
+		t.Errorf("Policy(%s) = %+v, %v; want the single-read policy", getOne, p, ok)
+	}
+}
+
+// Tests that Config.Validate names each unusable field and the method it
+// belongs to, and that New refuses such a config.
+func TestConfigValidate(t *testing.T) {
+	withPolicy := func(edit func(*guard.Policy)) guard.Config {
+		cfg := testConfig()
+		p := cfg.Methods[getMany]
+		edit(&p)
+		cfg.Methods[getMany] = p
+		return cfg
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  guard.Config
+		want []string // substrings of the error; none for a valid config
+	}{
+		{name: "valid", cfg: testConfig()},
+		{name: "zero config", cfg: guard.Config{}, want: []string{"max_inflight_items", "max_inflight_requests", "max_recv_msg_bytes"}},
+		{name: "zero max_items", cfg: withPolicy(func(p *guard.Policy) { p.MaxItems = 0 }), want: []string{getMany, "max_items must be at least 1"}},
+		{name: "zero max_uri_length", cfg: withPolicy(func(p *guard.Policy) { p.MaxURILength = 0 }), want: []string{getMany, "max_uri_length"}},
+		{name: "zero concurrency", cfg: withPolicy(func(p *guard.Policy) { p.Concurrency = 0 }), want: []string{getMany, "concurrency"}},
+		{name: "zero timeout", cfg: withPolicy(func(p *guard.Policy) { p.Timeout = 0 }), want: []string{getMany, "timeout"}},
+		{name: "zero policy", cfg: withPolicy(func(p *guard.Policy) { *p = guard.Policy{} }), want: []string{getMany}},
+		{
+			name: "max_items above max_inflight_items",
+			cfg: func() guard.Config {
+				cfg := testConfig()
+				cfg.MaxInflightItems = 999
+				return cfg
+			}(),
+			want: []string{getMany, "max_items 1000 exceeds max_inflight_items 999"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Validate()
+			if len(tc.want) == 0 {
+				if err != nil {
+					t.Fatalf("Validate: %v", err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("Validate accepted the config")
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q does not contain %q", err, w)
+				}
+			}
+			if _, err := guard.New(tc.cfg); err == nil {
+				t.Error("New accepted the config")
+			}
+		})
+	}
+}
+
+// Tests that a batch over the item limit is refused before the handler
+// runs, with a message that says the limit and how to comply.
+func TestTooManyURIs(t *testing.T) {
+	obs := &observer{}
+	f := start(t, testConfig(), newPostRecords(), guard.WithObserver(obs))
+	_, err := f.client.GetPostRecords(testContext(t, 5*time.Second), &sluicev1.GetPostRecordsRequest{Uris: uris(20_000)})
+	st := wantCode(t, err, codes.InvalidArgument)
+	for _, w := range []string{"20000 uris exceeds the limit of 1000 per request", "split"} {
+		if !strings.Contains(st.Message(), w) {
+			t.Errorf("message %q does not contain %q", st.Message(), w)
+		}
+	}
+	if fields := badRequestFields(st); !slices.Equal(fields, []string{"uris"}) {
+		t.Errorf("BadRequest fields = %v, want [uris]", fields)
+	}
+	if n := f.impl.calls.Load(); n != 0 {
+		t.Errorf("handler ran %d times, want 0", n)
+	}
+	if got := obs.reasons(); !slices.Equal(got, []string{guard.ReasonShape}) {
+		t.Errorf("observer rejections = %v, want [%s]", got, guard.ReasonShape)
+	}
+}
+
+// Tests that malformed batches and URIs are refused with InvalidArgument
+// naming the offending field and the limit, before the handler runs.
+func TestShapeRefusals(t *testing.T) {
+	f := start(t, testConfig(), newPostRecords())
+	long := "at://did:plc:test/app.bsky.feed.post/" + strings.Repeat("x", 600-len("at://did:plc:test/app.bsky.feed.post/"))
+	withLong := uris(5)
+	withLong[3] = long
+	for _, tc := range []struct {
+		name      string
+		call      func(context.Context) error
+		wantField string
+		wantMsg   []string
+	}{
+		{
+			name: "empty batch",
+			call: func(ctx context.Context) error {
+				_, err := f.client.GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{})
+				return err
+			},
+			wantField: "uris",
+			wantMsg:   []string{"no uris", "between 1 and 1000"},
+		},
+		{
+			name: "long URI in a batch",
+			call: func(ctx context.Context) error {
+				_, err := f.client.GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: withLong})
+				return err
+			},
+			wantField: "uris[3]",
+			wantMsg:   []string{"uris[3]", "600 bytes", "512"},
+		},
+		{
+			name: "long URI in a record",
+			call: func(ctx context.Context) error {
+				_, err := f.client.PutPostRecords(ctx, &sluicev1.PutPostRecordsRequest{Records: []*sluicev1.PostRecord{
+					{Uri: uris(1)[0]}, {Uri: long},
+				}})
+				return err
+			},
+			wantField: "records[1].uri",
+			wantMsg:   []string{"records[1].uri", "512"},
+		},
+		{
+			name: "empty single URI",
+			call: func(ctx context.Context) error {
+				_, err := f.client.GetPostRecord(ctx, &sluicev1.GetPostRecordRequest{Uri: ""})
+				return err
+			},
+			wantField: "uri",
+			wantMsg:   []string{"uri is empty"},
+		},
+		{
+			name: "empty URI in a batch",
+			call: func(ctx context.Context) error {
+				_, err := f.client.DeletePostRecords(ctx, &sluicev1.DeletePostRecordsRequest{Uris: []string{uris(1)[0], ""}})
+				return err
+			},
+			wantField: "uris[1]",
+			wantMsg:   []string{"uris[1] is empty"},
+		},
+		{
+			name: "delete over the limit",
+			call: func(ctx context.Context) error {
+				_, err := f.client.DeletePostRecords(ctx, &sluicev1.DeletePostRecordsRequest{Uris: uris(1001)})
+				return err
+			},
+			wantField: "uris",
+			wantMsg:   []string{"1001 uris exceeds the limit of 1000"},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := wantCode(t, tc.call(testContext(t, 5*time.Second)), codes.InvalidArgument)
+			for _, w := range tc.wantMsg {
+				if !strings.Contains(st.Message(), w) {
+					t.Errorf("message %q does not contain %q", st.Message(), w)
+				}
+			}
+			if fields := badRequestFields(st); !slices.Equal(fields, []string{tc.wantField}) {
+				t.Errorf("BadRequest fields = %v, want [%s]", fields, tc.wantField)
+			}
+		})
+	}
+	if n := f.impl.calls.Load(); n != 0 {
+		t.Errorf("handler ran %d times, want 0", n)
+	}
+}
+
+// Tests that the policy's concurrency bounds the handler's fan-out: with
+// Concurrency 7, 500 URIs never run more than 7 tasks at once, and do
+// reach 7.
+func TestFanoutFollowsPolicy(t *testing.T) {
+	cfg := testConfig()
+	p := cfg.Methods[getMany]
+	p.Concurrency = 7
+	p.Timeout = 2 * time.Second
+	cfg.Methods[getMany] = p
+	impl := newPostRecords()
+	impl.wantPeak = 7
+	f := start(t, cfg, impl)
+
+	resp, err := f.client.GetPostRecords(testContext(t, 5*time.Second), &sluicev1.GetPostRecordsRequest{Uris: uris(500)})
+	if err != nil {
+		t.Fatalf("GetPostRecords: %v", err)
+	}
+	if n := len(resp.GetRecords()); n != 500 {
+		t.Errorf("got %d records, want 500", n)
+	}
+	if got := impl.peak.Load(); got != 7 {
+		t.Errorf("peak fan-out concurrency = %d, want 7", got)
+	}
+}
+
+// Tests that the policy's timeout ends a request whose handler would run
+// forever, and the caller sees DeadlineExceeded.
+func TestPolicyTimeout(t *testing.T) {
+	cfg := testConfig()
+	p := cfg.Methods[getMany]
+	p.Timeout = 100 * time.Millisecond
+	cfg.Methods[getMany] = p
+	impl := newPostRecords()
+	impl.block = make(chan struct{}) // never closed
+	f := start(t, cfg, impl)
+
+	begin := time.Now()
+	_, err := f.client.GetPostRecords(testContext(t, 5*time.Second), &sluicev1.GetPostRecordsRequest{Uris: uris(3)})
+	wantCode(t, err, codes.DeadlineExceeded)
+	if elapsed := time.Since(begin); elapsed > time.Second {
+		t.Errorf("request took %v, want about the 100ms policy timeout", elapsed)
+	}
+}
+
+// Tests that the process-wide item cap holds a second request back while a
+// full batch is in flight, refusing it with Unavailable at its deadline,
+// and admits new work once the first request finishes.
+func TestInflightItemCap(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxInflightItems = 1000
+	obs := &observer{}
+	impl := newPostRecords()
+	impl.block = make(chan struct{})
+	f := start(t, cfg, impl, guard.WithObserver(obs))
+
+	first := make(chan error, 1)
+	go func() {
+		_, err := f.client.GetPostRecords(testContext(t, 5*time.Second), &sluicev1.GetPostRecordsRequest{Uris: uris(1000)})
+		first <- err
+	}()
+	select {
+	case <-impl.entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the full batch never reached its handler")
+	}
+	if got := f.srv.InflightItems(); got != 1000 {
+		t.Errorf("InflightItems() = %d with a full batch in flight, want 1000", got)
+	}
+
+	_, err := f.client.GetPostRecords(testContext(t, 200*time.Millisecond), &sluicev1.GetPostRecordsRequest{Uris: uris(1)})
+	st := wantCode(t, err, codes.Unavailable)
+	if !strings.Contains(st.Message(), "process-wide cap of 1000 in-flight items") {
+		t.Errorf("message %q does not mention the process-wide cap", st.Message())
+	}
+	if n := impl.calls.Load(); n != 1 {
+		t.Errorf("handler ran %d times, want only the first request", n)
+	}
+
+	close(impl.block)
+	if err := <-first; err != nil {
+		t.Fatalf("first request: %v", err)
+	}
+	if _, err := f.client.GetPostRecords(testContext(t, 5*time.Second), &sluicev1.GetPostRecordsRequest{Uris: uris(1000)}); err != nil {
+		t.Fatalf("request after the cap freed: %v", err)
+	}
+	if got := f.srv.InflightItems(); got != 0 {
+		t.Errorf("InflightItems() = %d when idle, want 0", got)
+	}
+	if got := obs.reasons(); !slices.Contains(got, guard.ReasonOverload) {
+		t.Errorf("observer rejections = %v, want %q among them", got, guard.ReasonOverload)
+	}
+}
+
+// Tests that the handler sees the caller's name from the metadata.
+func TestIdentity(t *testing.T) {
+	f := start(t, testConfig(), newPostRecords())
+	for _, tc := range []struct {
+		md   []string
+		want string
+	}{
+		{md: []string{identity.ClientIDKey, "feed"}, want: "feed"},
+		{md: []string{identity.AtlantisCallerKey, "appview"}, want: "appview"},
+		{md: nil, want: identity.Unknown},
+	} {
+		t.Run(tc.want, func(t *testing.T) {
+			ctx := testContext(t, 5*time.Second)
+			if tc.md != nil {
+				ctx = metadata.AppendToOutgoingContext(ctx, tc.md...)
+			}
+			if _, err := f.client.GetPostRecord(ctx, &sluicev1.GetPostRecordRequest{Uri: uris(1)[0]}); err != nil {
+				t.Fatalf("GetPostRecord: %v", err)
+			}
+			select {
+			case got := <-f.impl.clients:
+				if got != tc.want {
+					t.Errorf("handler saw client %q, want %q", got, tc.want)
+				}
+			default:
+				t.Fatal("the handler did not report a client")
+			}
+		})
+	}
+}
+
+// Tests that health reports NOT_SERVING until SetServing(true), and that
+// server reflection lists the guarded service.
+func TestHealthAndReflection(t *testing.T) {
+	f := start(t, testConfig(), newPostRecords())
+	hc := healthpb.NewHealthClient(f.conn)
+	check := func(service string) healthpb.HealthCheckResponse_ServingStatus {
+		t.Helper()
+		resp, err := hc.Check(testContext(t, 5*time.Second), &healthpb.HealthCheckRequest{Service: service})
+		if err != nil {
+			t.Fatalf("Check(%q): %v", service, err)
+		}
+		return resp.GetStatus()
+	}
+	if got := check(""); got != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("before SetServing: status = %v, want NOT_SERVING", got)
+	}
+	f.srv.SetServing(true)
+	for _, svc := range []string{"", "sluice.v1.PostRecords"} {
+		if got := check(svc); got != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("after SetServing(true): Check(%q) = %v, want SERVING", svc, got)
+		}
+	}
+	f.srv.SetServing(false)
+	if got := check("sluice.v1.PostRecords"); got != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("after SetServing(false): status = %v, want NOT_SERVING", got)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	stream, err := reflectionpb.NewServerReflectionClient(f.conn).ServerReflectionInfo(ctx)
+	if err != nil {
+		t.Fatalf("ServerReflectionInfo: %v", err)
+	}
+	if err := stream.Send(&reflectionpb.ServerReflectionRequest{
+		MessageRequest: &reflectionpb.ServerReflectionRequest_ListServices{},
+	}); err != nil {
+		t.Fatalf("send: %v", err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		t.Fatalf("recv: %v", err)
+	}
+	if err := stream.CloseSend(); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, s := range resp.GetListServicesResponse().GetService() {
+		names = append(names, s.GetName())
+	}
+	if !slices.Contains(names, "sluice.v1.PostRecords") {
+		t.Errorf("reflection lists %v, want sluice.v1.PostRecords among them", names)
+	}
+}
+
+// Tests that Drain lets an in-flight request finish when it does so in
+// time, while new requests are refused with Unavailable.
+func TestDrain(t *testing.T) {
+	impl := newPostRecords()
+	impl.block = make(chan struct{})
+	f := start(t, testConfig(), impl)
+	f.srv.SetServing(true)
+
+	inflight := make(chan error, 1)
+	go func() {
+		_, err := f.client.GetPostRecords(testContext(t, 5*time.Second), &sluicev1.GetPostRecordsRequest{Uris: uris(10)})
+		inflight <- err
+	}()
+	select {
+	case <-impl.entered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the request never reached its handler")
+	}
+
+	drained := make(chan struct{})
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		f.srv.Drain(ctx)
+		close(drained)
+	}()
+
+	// Once the drain starts, new requests are refused. A fresh connection
+	// has no stream in flight, so it sees the listener gone at once.
+	fresh := sluicev1.NewPostRecordsClient(dial(t, f.addr))
+	var refused error
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		_, err := fresh.GetPostRecord(testContext(t, time.Second), &sluicev1.GetPostRecordRequest{Uri: uris(1)[0]})
+		if err != nil {
+			refused = err
+			break
+		}
+	}
+	if refused == nil {
+		t.Fatal("new requests were still served 2s after Drain started")
+	}
+	wantCode(t, refused, codes.Unavailable)
+	// The in-flight request is still held, so Drain must still wait.
+	select {
+	case <-drained:
+		t.Fatal("Drain returned while a request was in flight")
+	default:
+	}
+
+	close(impl.block)
+	if err := <-inflight; err != nil {
+		t.Errorf("in-flight request: %v, want it to finish", err)
+	}
+	select {
+	case <-drained:
+	case <-time.After(time.Second):
+		t.Fatal("Drain did not return after the last request finished")
+	}
+	if err := <-f.served; err != nil {
+		t.Errorf("Serve: %v", err)
+	}
+	f.served <- nil // for the fixture's cleanup
+}
+
+// Tests that Drain stops the server hard when its context ends first,
+// ending a request that would otherwise run forever.
+func TestDrainDeadline(t *testing.T) {
+	impl := newPostRecords()
+	impl.block = make(chan struct{}) // never closed
+	f := start(t, testConfig(), impl)
+
+	inflight := make(chan error, 1)
+	go func() {
+		_, err := f.client.GetPostRecords(testContext(t, 5*time.Second), &sluicev1.GetPostRecordsRequest{Uris: uris(10)})
+		inflight <- err
+	}()
+	<-impl.entered
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	begin := time.Now()
+	f.srv.Drain(ctx)
+	if elapsed := time.Since(begin); elapsed > time.Second {
+		t.Errorf("Drain took %v with a 100ms context", elapsed)
+	}
+	if err := <-inflight; status.Code(err) == codes.OK {
+		t.Error("the held request succeeded after a hard stop")
+	}
+}
+
+// Tests that a request larger than MaxRecvMsgBytes is refused by the
+// transport before its handler runs.
+func TestMaxRecvMsgBytes(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxRecvMsgBytes = 64 << 10
+	f := start(t, cfg, newPostRecords())
+
+	// 400 URIs of 512 bytes: about 200 KiB, each URI within its policy.
+	big := make([]string, 400)
+	for i := range big {
+		big[i] = fmt.Sprintf("at://did:plc:test/app.bsky.feed.post/%0475d", i)
+	}
+	req := &sluicev1.GetPostRecordsRequest{Uris: big}
+	if n := proto.Size(req); n < 200<<10 {
+		t.Fatalf("request is %d bytes, want at least 200 KiB", n)
+	}
+	_, err := f.client.GetPostRecords(testContext(t, 5*time.Second), req)
+	wantCode(t, err, codes.ResourceExhausted)
+	if n := f.impl.calls.Load(); n != 0 {
+		t.Errorf("handler ran %d times, want 0", n)
+	}
+}
+
+// Tests that a method without a policy cannot be served even through a
+// gRPC option that handles unknown methods.
+func TestUnknownMethodsAreNotServed(t *testing.T) {
+	var called atomic.Bool
+	f := start(t, testConfig(), newPostRecords(), guard.WithGRPCOptions(grpc.UnknownServiceHandler(
+		func(any, grpc.ServerStream) error {
+			called.Store(true)
+			return nil
+		})))
+	for _, method := range []string{"/sluice.v1.Other/Do", "/sluice.v1.PostRecords/Undeclared"} {
+		err := f.conn.Invoke(testContext(t, 5*time.Second), method, &sluicev1.GetPostRecordRequest{Uri: uris(1)[0]}, &sluicev1.PostRecord{})
+		wantCode(t, err, codes.Unimplemented)
+	}
+	if called.Load() {
+		t.Error("the unknown-service handler ran without a policy")
+	}
+}
