@@ -23,6 +23,10 @@ memcached_up() {
     log "memcached already running on 127.0.0.1:$MEMCACHED_PORT"
     return
   fi
+  if (exec 3<>/dev/tcp/127.0.0.1/"$MEMCACHED_PORT") 2>/dev/null; then
+    log "reusing the memcached already answering on 127.0.0.1:$MEMCACHED_PORT"
+    return
+  fi
   local user=()
   [[ $(id -u) -eq 0 ]] && user=(-u root)
   /usr/bin/memcached -d -P "$DEPS/memcached.pid" -l 127.0.0.1 -p "$MEMCACHED_PORT" -U 0 -m 256 -c 4096 "${user[@]}"
