@@ -1,0 +1,179 @@
+package posts
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/aturi"
+	"github.com/sluice-dev/sluice/internal/cache"
+	"github.com/sluice-dev/sluice/internal/guard/fanout"
+	"github.com/sluice-dev/sluice/internal/store"
+	"github.com/sluice-dev/sluice/internal/store/boltstore"
+	"github.com/sluice-dev/sluice/internal/synth"
+	"github.com/sluice-dev/sluice/internal/testenv"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// gatedStore wraps a real store: it counts Get calls and can hold a Get
+// for one URI after it has read, until released. A real store cannot be
+// paused at that instant, which is what these tests need.
+type gatedStore struct {
+	store.Store
+	gets     atomic.Int64
+	delay    time.Duration
+	holdURI  string
+	reached  chan struct{}
+	released chan struct{}
+}
+
+func (g *gatedStore) Get(ctx context.Context, uri string) (store.Record, error) {
+	g.gets.Add(1)
+	rec, err := g.Store.Get(ctx, uri)
+	time.Sleep(g.delay)
+	if uri == g.holdURI && g.reached != nil {
+		close(g.reached)
+		g.reached = nil
+		<-g.released
+	}
+	return rec, err
+}
+
+func newService(t *testing.T, n int) (*Service, *gatedStore, []store.Record) {
+	t.Helper()
+	bolt, err := boltstore.Open(filepath.Join(t.TempDir(), "s.db"), boltstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bolt.Close() })
+	gen := synth.New(3, 10)
+	recs := make([]store.Record, n)
+	for i := range recs {
+		recs[i] = gen.Next()
+	}
+	if err := bolt.Put(context.Background(), recs); err != nil {
+		t.Fatal(err)
+	}
+	cfg := cache.DefaultConfig()
+	cfg.Servers = []string{testenv.StartMemcached(t).Addr()}
+	cfg.TombstoneTTL = 3 * time.Second
+	c, err := cache.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	gs := &gatedStore{Store: bolt}
+	return New(aturi.PostCollection, c, gs, DefaultWriteLimits()), gs, recs
+}
+
+func testCtx(t *testing.T, limit int) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return fanout.WithLimit(ctx, limit)
+}
+
+// Tests that concurrent misses of the same URI cause one store read.
+func TestConcurrentMissesShareOneStoreRead(t *testing.T) {
+	svc, gs, recs := newService(t, 1)
+	gs.delay = 100 * time.Millisecond
+	const callers = 32
+	ctx := testCtx(t, callers)
+	var wg sync.WaitGroup
+	errs := make(chan error, callers)
+	for range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, _, err := svc.Get(ctx, []string{recs[0].URI})
+			if err == nil && !res[0].Found {
+				err = errors.New("not found")
+			}
+			errs <- err
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := gs.gets.Load(); n > 2 {
+		t.Errorf("%d concurrent misses made %d store reads, want 1 (2 at most if a caller arrived after the first read returned)", callers, n)
+	}
+	if svc.Coalesced() == 0 {
+		t.Error("no read was coalesced")
+	}
+}
+
+// Tests that a read which fetched the old version before a write cannot
+// put it back into the cache after the write: the write's tombstone
+// makes the refill's memcached add fail.
+func TestSlowReadCannotRefillAStaleVersion(t *testing.T) {
+	svc, gs, recs := newService(t, 1)
+	target := recs[0]
+	gs.holdURI, gs.reached, gs.released = target.URI, make(chan struct{}), make(chan struct{})
+	ctx := testCtx(t, 4)
+
+	reached := gs.reached
+	readDone := make(chan []Result)
+	go func() {
+		res, _, err := svc.Get(ctx, []string{target.URI})
+		if err != nil {
+			t.Error(err)
+		}
+		readDone <- res
+	}()
+	<-reached // the slow read holds the old version
+
+	updated := target
+	updated.JSON = bytes.Replace(target.JSON, []byte(`"text":"`), []byte(`"text":"v2 `), 1)
+	if _, err := svc.Put(ctx, []store.Record{updated}); err != nil {
+		t.Fatal(err)
+	}
+	close(gs.released)
+	if old := <-readDone; !bytes.Equal(old[0].Record.JSON, target.JSON) {
+		t.Fatalf("the slow read should have returned the version it read")
+	}
+	for i := range 3 {
+		res, _, err := svc.Get(ctx, []string{target.URI})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(res[0].Record.JSON, updated.JSON) {
+			t.Fatalf("read %d after the write returned the stale version (from cache: %v)", i, res[0].FromCache)
+		}
+	}
+}
+
+// Tests that a store failure fails the whole batch, never a partial
+// answer, and that cache hits in the same batch do not hide it.
+func TestStoreFailureFailsTheBatch(t *testing.T) {
+	svc, _, recs := newService(t, 3)
+	ctx := testCtx(t, 4)
+	if _, _, err := svc.Get(ctx, []string{recs[0].URI}); err != nil { // warm one
+		t.Fatal(err)
+	}
+	svc.store = failingStore{svc.store}
+	_, _, err := svc.Get(ctx, []string{recs[0].URI, recs[1].URI, recs[2].URI})
+	if !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("err = %v, want store.ErrUnavailable", err)
+	}
+	res, _, err := svc.Get(ctx, []string{recs[0].URI})
+	if err != nil || !res[0].FromCache {
+		t.Fatalf("a cached record should still be served: %v %+v", err, res)
+	}
+}
+
+type failingStore struct{ store.Store }
+
+func (failingStore) Get(context.Context, string) (store.Record, error) {
+	return store.Record{}, store.ErrUnavailable
+}
