@@ -164,7 +164,7 @@ type ClientHistory struct {
 func (c *ClientStats) Snapshot(window int) ClientsSnapshot {
 	window = min(max(window, 1), historySeconds-1)
 	now := c.now()
-	snap := ClientsSnapshot{At: now, WindowSeconds: window, Goroutines: runtime.NumGoroutine()}
+	snap := ClientsSnapshot{At: now, WindowSeconds: window, Clients: []ClientRow{}, Goroutines: runtime.NumGoroutine()}
 	snap.OSThreads, _ = OSThreads()
 	c.mu.RLock()
 	names := make([]string, 0, len(c.clients))
