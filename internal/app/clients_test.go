@@ -115,9 +115,13 @@ func startTwoClientServer(t *testing.T) *testServer {
 func TestPerClientObservability(t *testing.T) {
 	ts := startTwoClientServer(t)
 	prom := testenv.StartPrometheus(t, strings.TrimPrefix(ts.adminURL, "http://"))
+	prom.WaitForSeries(t, `up{job="sluice"} == 1`, 1, 30*time.Second)
 	tc := startTwoClients(ts)
 	defer tc.finish()
 	time.Sleep(12 * time.Second)
+	// Both clients' rates need two scrapes of their traffic; on a busy
+	// machine a scrape can come late.
+	prom.WaitForSeries(t, `sum by (client) (rate(sluice_requests_total{client=~"bulk|feed",code="OK"}[10s])) > 0`, 2, 30*time.Second)
 
 	t.Run("dashboard queries in Prometheus", func(t *testing.T) { checkDashboard(t, prom, tc) })
 	t.Run("clients page in Chromium", func(t *testing.T) { checkClientsPage(t, ts) })

@@ -15,6 +15,7 @@ import (
 
 	promapi "github.com/prometheus/client_golang/api"
 	promv1 "github.com/prometheus/client_golang/api/prometheus/v1"
+	"github.com/prometheus/common/model"
 )
 
 // PrometheusBinary returns the prometheus executable: $PROMETHEUS_BIN,
@@ -51,7 +52,7 @@ func StartPrometheus(t testing.TB, targets ...string) *Prometheus {
 scrape_configs:
   - job_name: sluice
     scrape_interval: 1s
-    scrape_timeout: 900ms
+    scrape_timeout: 1s
     static_configs:
       - targets: [%s]
 `, strings.Join(quoted, ", "))
@@ -132,4 +133,38 @@ func binary(t testing.TB, env, name, fallback string) string {
 	}
 	Missing(t, name, fmt.Sprintf("no %s binary in %s, PATH or %s", name, env, fallback))
 	return ""
+}
+
+// WaitForSeries waits until expr returns at least n series, or fails the
+// test after timeout saying what the scrape targets report.
+func (p *Prometheus) WaitForSeries(t testing.TB, expr string, n int, timeout time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	for {
+		v, _, _, err := p.API.Query(ctx, expr, time.Now())
+		if vec, ok := v.(model.Vector); err == nil && ok && len(vec) >= n {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("prometheus: %s did not return %d series within %v; targets: %s", expr, n, timeout, p.targets())
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+}
+
+// targets describes the scrape targets' health, for failure messages.
+func (p *Prometheus) targets() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	res, err := p.API.Targets(ctx)
+	if err != nil {
+		return err.Error()
+	}
+	var parts []string
+	for _, tg := range res.Active {
+		parts = append(parts, fmt.Sprintf("%s %s (last scrape %v ago, took %v, error %q)", tg.ScrapeURL, tg.Health, time.Since(tg.LastScrape).Round(time.Millisecond), time.Duration(tg.LastScrapeDuration*float64(time.Second)).Round(time.Millisecond), tg.LastError))
+	}
+	return strings.Join(parts, "; ")
 }
