@@ -52,16 +52,24 @@ stop_pidfile() {
   rm -f "$f"
 }
 
+# Prometheus and Chromium are not servers the tests share: each test that
+# needs one starts its own (internal/testenv). Only install them here.
+browser_deps() {
+  scripts/apt-install.sh prometheus chromium
+}
+
 print_env() {
   cat <<ENV
 export SLUICE_REQUIRE_DEPS=1
 export SLUICE_TEST_MEMCACHED=127.0.0.1:$MEMCACHED_PORT
 export MEMCACHED_BIN=/usr/bin/memcached
+export PROMETHEUS_BIN=/usr/bin/prometheus
+export CHROMIUM_BIN=/usr/bin/chromium
 ENV
 }
 
 case "${1:-}" in
-  up)   memcached_up; print_env ;;
+  up)   memcached_up; browser_deps; print_env ;;
   env)  print_env ;;
   down) stop_pidfile "$DEPS/memcached.pid"; log "stopped" ;;
   *)    echo "usage: $0 up|env|down" >&2; exit 2 ;;

@@ -17,6 +17,8 @@ func parseServeFlags(args []string) (app.Config, error) {
 	maxConns := fs.Int("memcached-max-conns", def.Cache.MaxConnsPerServer, "hard cap on connections (in use + idle) per memcached server")
 	configPath := fs.String("config", "", "YAML config file (policies per method, cache TTLs, client list)")
 	drain := fs.Duration("drain-timeout", def.DrainTimeout, "how long SIGTERM waits for in-flight requests")
+	otlp := fs.String("otlp-endpoint", "", "OTLP/gRPC collector for traces (host:port, plaintext, or a URL); empty: tracing off")
+	ratio := fs.Float64("trace-sample-ratio", -1, "share of new traces sampled, 0 to 1 (default: the config file's, else 0.01)")
 	if err := fs.Parse(args); err != nil {
 		return app.Config{}, err
 	}
@@ -29,6 +31,12 @@ func parseServeFlags(args []string) (app.Config, error) {
 	cfg.DataDir, cfg.GRPCAddr, cfg.HTTPAddr, cfg.DrainTimeout = *dataDir, *grpcAddr, *httpAddr, *drain
 	cfg.Cache.Servers = splitList(*memcached)
 	cfg.Cache.MaxConnsPerServer = *maxConns
+	if *otlp != "" {
+		cfg.Telemetry.OTLPEndpoint = *otlp
+	}
+	if *ratio != -1 {
+		cfg.Telemetry.TraceSampleRatio = *ratio
+	}
 	return cfg, cfg.Validate()
 }
 

@@ -6,6 +6,7 @@ import (
 	"os"
 
 	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/internal/telemetry"
 )
 
 func serve(ctx context.Context, args []string) error {
@@ -13,7 +14,9 @@ func serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	a, err := app.New(cfg, slog.New(slog.NewTextHandler(os.Stderr, nil)))
+	logs := telemetry.NewLogHandler(os.Stderr, telemetry.LogConfig{})
+	defer logs.CloseWithTimeout()
+	a, err := app.New(cfg, slog.New(logs))
 	if err != nil {
 		return err
 	}

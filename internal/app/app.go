@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"path/filepath"
 	"time"
 
@@ -20,13 +21,16 @@ import (
 	"github.com/sluice-dev/sluice/internal/admin"
 	"github.com/sluice-dev/sluice/internal/aturi"
 	"github.com/sluice-dev/sluice/internal/cache"
+	"github.com/sluice-dev/sluice/internal/clientpage"
 	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/posts"
 	"github.com/sluice-dev/sluice/internal/rpc"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/store/boltstore"
 	"github.com/sluice-dev/sluice/internal/telemetry"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
 )
 
 // StoreFile is the embedded store's file name inside Config.DataDir.
@@ -39,18 +43,35 @@ type App struct {
 	Store     store.Store
 	Cache     *cache.Cache
 	Telemetry *telemetry.Telemetry
+	Tracing   *telemetry.Tracing
 	Posts     *posts.Service
 	Guard     *guard.Server
 	Admin     *admin.Server
 	closers   []func() error
+	tracer    trace.TracerProvider // injected with WithTracerProvider
+}
+
+// Option adjusts how New builds an App.
+type Option func(*App)
+
+// WithTracerProvider sends spans to tp instead of the pipeline the config
+// describes (tests record spans in memory this way). The caller shuts tp
+// down.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(a *App) { a.tracer = tp }
 }
 
 // New opens the store and builds every part; it listens on nothing yet.
-func New(cfg Config, log *slog.Logger) (*App, error) {
+// When log's handler is a *telemetry.LogHandler, its counters are
+// exported as metrics.
+func New(cfg Config, log *slog.Logger, opts ...Option) (*App, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	a := &App{cfg: cfg, log: log}
+	for _, opt := range opts {
+		opt(a)
+	}
 	if err := a.build(); err != nil {
 		a.Close()
 		return nil, err
@@ -64,7 +85,11 @@ func (a *App) build() error {
 		return err
 	}
 	a.Store, a.closers = st, append(a.closers, st.Close)
-	if a.Cache, err = cache.New(a.cfg.Cache); err != nil {
+	tp, err := a.tracerProvider()
+	if err != nil {
+		return err
+	}
+	if a.Cache, err = cache.New(a.cfg.Cache, cache.WithTracerProvider(tp), cache.WithLogger(a.log)); err != nil {
 		return err
 	}
 	a.closers = append(a.closers, a.Cache.Close)
@@ -76,21 +101,63 @@ func (a *App) build() error {
 	if err != nil {
 		return err
 	}
-	if err := a.Telemetry.ObserveCache(a.Cache.Stats); err != nil {
+	if err := a.observe(); err != nil {
 		return err
 	}
-	if a.Guard, err = guard.New(a.cfg.Guard, guard.WithObserver(requests)); err != nil {
+	if a.Guard, err = guard.New(a.cfg.Guard, guard.WithObserver(requests),
+		guard.WithGRPCOptions(grpc.StatsHandler(telemetry.ServerStatsHandler(tp)))); err != nil {
 		return err
 	}
 	instrumented, err := a.Telemetry.InstrumentStore(a.Store)
 	if err != nil {
 		return err
 	}
-	a.Posts = posts.New(aturi.PostCollection, a.Cache, instrumented, posts.DefaultWriteLimits())
+	a.Posts = posts.New(aturi.PostCollection, a.Cache, instrumented, posts.DefaultWriteLimits(),
+		posts.WithTracerProvider(tp), posts.WithLogger(a.log))
 	if err := a.Guard.Register(&sluicev1.PostRecords_ServiceDesc, rpc.NewPostRecords(a.Posts, requests)); err != nil {
 		return err
 	}
 	a.Admin = admin.New(a.Telemetry.Handler())
+	page := clientpage.New(a.Telemetry.Clients())
+	a.Admin.Handle("GET /clients", page)
+	a.Admin.Handle("GET /clients.json", page)
+	a.Admin.Handle("GET /{$}", http.RedirectHandler("/clients", http.StatusFound))
+	return nil
+}
+
+// tracerProvider returns the injected provider, or builds the pipeline
+// the config describes (a no-op one without an OTLP endpoint).
+func (a *App) tracerProvider() (trace.TracerProvider, error) {
+	if a.tracer != nil {
+		return a.tracer, nil
+	}
+	tr, err := telemetry.NewTracing(context.Background(), a.cfg.Telemetry)
+	if err != nil {
+		return nil, err
+	}
+	a.Tracing = tr
+	a.closers = append(a.closers, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return tr.Shutdown(ctx)
+	})
+	return tr.Provider, nil
+}
+
+// observe registers the process, cache, socket and log metrics.
+func (a *App) observe() error {
+	if err := a.Telemetry.ObserveCache(a.Cache.Stats); err != nil {
+		return err
+	}
+	if err := a.Telemetry.ObserveSockets(a.cfg.Cache.Servers); err != nil {
+		return err
+	}
+	if err := a.Telemetry.ObserveProcess(); err != nil {
+		return err
+	}
+	if lh, ok := a.log.Handler().(*telemetry.LogHandler); ok {
+		return a.Telemetry.ObserveLogs(lh)
+	}
 	return nil
 }
 

@@ -57,6 +57,7 @@ func DefaultConfig() Config {
 		DrainTimeout: 10 * time.Second,
 		Guard:        guard.DefaultConfig(),
 		Cache:        cache.DefaultConfig(),
+		Telemetry:    telemetry.DefaultConfig(),
 	}
 	for name, p := range rpc.DefaultPolicies() {
 		cfg.Guard.Methods[name] = p
@@ -78,7 +79,7 @@ func (c *Config) LoadFile(path string) error {
 	}
 	c.Guard = c.Guard.Merge(f.Guard)
 	c.Cache = overlayCache(c.Cache, f.Cache)
-	c.Telemetry = f.Telemetry
+	c.Telemetry = c.Telemetry.Merge(f.Telemetry)
 	return nil
 }
 
@@ -110,6 +111,9 @@ func (c Config) Validate() error {
 		errs = append(errs, err)
 	}
 	if err := c.Cache.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Telemetry.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if longest := c.longestTimeout(); c.Cache.TombstoneTTL <= longest {

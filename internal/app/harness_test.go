@@ -43,10 +43,33 @@ type testServer struct {
 	missing   []string
 }
 
+// serverSetup is what a serverOption may change before New.
+type serverSetup struct {
+	log  *slog.Logger
+	opts []Option
+}
+
+// serverOption adjusts how startServer builds the App.
+type serverOption func(*serverSetup)
+
+// withLogger gives the App log instead of a discarding logger.
+func withLogger(log *slog.Logger) serverOption {
+	return func(s *serverSetup) { s.log = log }
+}
+
+// withAppOptions passes opts to New.
+func withAppOptions(opts ...Option) serverOption {
+	return func(s *serverSetup) { s.opts = append(s.opts, opts...) }
+}
+
 // startServer seeds nPosts synthetic posts and serves them; mutate may
 // change the config first.
-func startServer(t *testing.T, nPosts int, mutate func(*Config)) *testServer {
+func startServer(t *testing.T, nPosts int, mutate func(*Config), options ...serverOption) *testServer {
 	t.Helper()
+	setup := serverSetup{log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	for _, o := range options {
+		o(&setup)
+	}
 	mc := testenv.StartMemcached(t)
 	cfg := DefaultConfig()
 	cfg.DataDir = t.TempDir()
@@ -56,7 +79,7 @@ func startServer(t *testing.T, nPosts int, mutate func(*Config)) *testServer {
 	if mutate != nil {
 		mutate(&cfg)
 	}
-	a, err := New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	a, err := New(cfg, setup.log, setup.opts...)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}

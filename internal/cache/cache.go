@@ -5,7 +5,8 @@
 // hashing), the key format (Key), and a circuit breaker per server. It
 // refuses to fail a read: a server that errs, times out, is skipped by its
 // breaker or has no free connection before the caller's deadline yields
-// misses, and the error is counted in Stats, never logged. It knows
+// misses, and the error is counted in Stats and handed to the logger
+// given with WithLogger, which must rate-limit. It knows
 // nothing of records: keys are strings (URIs) and values are bytes; what
 // they mean, and what to do on a miss, is the caller's business.
 //
@@ -23,6 +24,9 @@ import (
 
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/sluice-dev/sluice/internal/guard/fanout"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ErrUnavailable reports a call that was not made: the server's breaker
@@ -68,6 +72,7 @@ type Cache struct {
 	cfg     Config
 	servers []*server
 	seeds   []uint64
+	opts    options
 	once    sync.Once
 	err     error
 }
@@ -93,13 +98,16 @@ type ServerStats struct {
 
 // New validates cfg and returns a Cache. It does not dial; connections are
 // made on first use.
-func New(cfg Config) (*Cache, error) {
+func New(cfg Config, opts ...Option) (*Cache, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Cache{cfg: cfg, seeds: seedsFor(cfg.Servers)}
+	c := &Cache{cfg: cfg, seeds: seedsFor(cfg.Servers), opts: defaultOptions()}
+	for _, opt := range opts {
+		opt(&c.opts)
+	}
 	for _, addr := range cfg.Servers {
-		c.servers = append(c.servers, newServer(addr, cfg))
+		c.servers = append(c.servers, newServer(addr, cfg, c.opts.log))
 	}
 	return c, nil
 }
@@ -116,7 +124,7 @@ func (c *Cache) GetMulti(ctx context.Context, uris []string) map[string]Entry {
 	chunks := c.chunks(byKey)
 	found := make([]map[string]*memcache.Item, len(chunks))
 	_ = fanout.Each(ctx, len(chunks), func(ctx context.Context, i int) error {
-		found[i] = chunks[i].get(ctx)
+		found[i] = chunks[i].get(ctx, c.opts.tracer)
 		return nil
 	})
 	out := make(map[string]Entry)
@@ -250,9 +258,12 @@ func (c *Cache) chunks(byKey map[string]string) []chunk {
 	return out
 }
 
-// get runs the chunk's get and counts hits and misses. It returns nil
-// when the call failed or was not made.
-func (ch chunk) get(ctx context.Context) map[string]*memcache.Item {
+// get runs the chunk's get in a span and counts hits and misses. It
+// returns nil when the call failed or was not made.
+func (ch chunk) get(ctx context.Context, tracer trace.Tracer) map[string]*memcache.Item {
+	ctx, span := tracer.Start(ctx, "memcached.GetMulti", trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(attribute.String("sluice.memcached.server", ch.srv.addr), attribute.Int("sluice.batch.size", len(ch.keys))))
+	defer span.End()
 	var items map[string]*memcache.Item
 	err := ch.srv.do(ctx, func(mc *memcache.Client) error {
 		var err error
@@ -260,6 +271,7 @@ func (ch chunk) get(ctx context.Context) map[string]*memcache.Item {
 		return err
 	})
 	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
 		return nil
 	}
 	hits := 0
@@ -270,5 +282,6 @@ func (ch chunk) get(ctx context.Context) map[string]*memcache.Item {
 	}
 	ch.srv.hits.Add(int64(hits))
 	ch.srv.misses.Add(int64(len(ch.keys) - hits))
+	span.SetAttributes(attribute.Int("sluice.cache.hits", hits))
 	return items
 }

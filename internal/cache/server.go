@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"sync/atomic"
 
@@ -27,14 +28,16 @@ type server struct {
 	breaker *gobreaker.CircuitBreaker[struct{}]
 	closed  atomic.Bool
 	dialer  net.Dialer
+	log     *slog.Logger
 
 	dials, closes, inUse          atomic.Int64
 	hits, misses, errors, skipped atomic.Int64
 	waits, waitExpired            atomic.Int64
 }
 
-func newServer(addr string, cfg Config) *server {
+func newServer(addr string, cfg Config, log *slog.Logger) *server {
 	s := &server{
+		log:    log.With("server", addr),
 		addr:   addr,
 		sem:    semaphore.NewWeighted(int64(cfg.MaxConnsPerServer)),
 		size:   int64(cfg.MaxConnsPerServer),
@@ -86,6 +89,7 @@ func (s *server) count(err error) error {
 		s.waitExpired.Add(1)
 	case err != nil && !isSuccessful(err):
 		s.errors.Add(1)
+		s.log.Error("memcached call failed", "kind", errorKind(err), "err", err)
 	}
 	return err
 }
@@ -122,7 +126,8 @@ func (s *server) close() error {
 // onStateChange drops idle connections when the breaker opens: after a
 // run of failures they are likely dead, and each would otherwise cost the
 // half-open probe one more failure and one more cool-down.
-func (s *server) onStateChange(_ string, _, to gobreaker.State) {
+func (s *server) onStateChange(_ string, from, to gobreaker.State) {
+	s.log.Warn("memcached breaker state changed", "kind", "breaker", "from", from.String(), "to", to.String())
 	if to == gobreaker.StateOpen {
 		_ = s.client.Close()
 	}

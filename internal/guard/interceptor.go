@@ -21,6 +21,7 @@ const (
 	ReasonShape    = "shape"    // the request broke its method's shape limits
 	ReasonOverload = "overload" // no process-wide capacity before the deadline
 	ReasonDeadline = "deadline" // the deadline had passed before work could start
+	ReasonQuota    = "quota"    // reserved: the caller's own admission quota is spent
 )
 
 // Request describes one guarded request to an Observer.

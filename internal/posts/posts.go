@@ -24,7 +24,11 @@ import (
 	"github.com/sluice-dev/sluice/internal/aturi"
 	"github.com/sluice-dev/sluice/internal/cache"
 	"github.com/sluice-dev/sluice/internal/guard/fanout"
+	"github.com/sluice-dev/sluice/internal/identity"
 	"github.com/sluice-dev/sluice/internal/store"
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/singleflight"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -56,6 +60,7 @@ type Service struct {
 	store      store.Store
 	loads      singleflight.Group
 	limits     WriteLimits
+	opts       options
 
 	invalidationFailures atomic.Int64
 	coalesced            atomic.Int64
@@ -72,11 +77,15 @@ func DefaultWriteLimits() WriteLimits { return WriteLimits{MaxRecordBytes: 64 <<
 
 // New returns a Service for records of collection (an NSID such as
 // app.bsky.feed.post).
-func New(collection string, c Cache, s store.Store, limits WriteLimits) *Service {
+func New(collection string, c Cache, s store.Store, limits WriteLimits, opts ...Option) *Service {
 	if limits.MaxRecordBytes <= 0 {
 		limits = DefaultWriteLimits()
 	}
-	return &Service{collection: collection, cache: c, store: s, limits: limits}
+	svc := &Service{collection: collection, cache: c, store: s, limits: limits, opts: defaultOptions()}
+	for _, opt := range opts {
+		opt(&svc.opts)
+	}
+	return svc
 }
 
 // Collection is the NSID of the records this Service serves.
@@ -118,11 +127,16 @@ func (s *Service) validate(uris []string) error {
 	return nil
 }
 
-// read answers each unique URI from the cache or the store.
+// read answers each unique URI from the cache or the store, in a span.
 func (s *Service) read(ctx context.Context, uris []string) (map[string]Result, Counts, error) {
+	ctx, span := s.opts.tracer.Start(ctx, "posts.Get", trace.WithAttributes(
+		attribute.String("sluice.client", identity.Client(ctx)),
+		attribute.Int("sluice.batch.size", len(uris))))
+	defer span.End()
 	results := make(map[string]Result, len(uris))
 	var misses []string
 	hits := s.cache.GetMulti(ctx, uris)
+	span.SetAttributes(attribute.Int("sluice.cache.hits", len(hits)))
 	for _, uri := range uris {
 		if r, ok := decodeEntry(uri, hits); ok {
 			results[uri] = r
@@ -132,6 +146,7 @@ func (s *Service) read(ctx context.Context, uris []string) (map[string]Result, C
 	}
 	loaded, err := s.loadAll(ctx, misses)
 	if err != nil {
+		span.SetStatus(otelcodes.Error, err.Error())
 		return nil, Counts{}, err
 	}
 	fills := make(map[string]cache.Entry, len(loaded))
@@ -143,8 +158,14 @@ func (s *Service) read(ctx context.Context, uris []string) (map[string]Result, C
 	return results, count(results), nil
 }
 
-// loadAll reads misses from the store under the request's fan-out limit.
+// loadAll reads misses from the store under the request's fan-out limit,
+// in a span. A failure other than the caller leaving is logged.
 func (s *Service) loadAll(ctx context.Context, uris []string) ([]Result, error) {
+	if len(uris) == 0 {
+		return nil, nil
+	}
+	ctx, span := s.opts.tracer.Start(ctx, "store.read", trace.WithAttributes(attribute.Int("sluice.batch.size", len(uris))))
+	defer span.End()
 	out := make([]Result, len(uris))
 	var failed atomic.Int64
 	var firstErr atomic.Pointer[error]
@@ -162,8 +183,20 @@ func (s *Service) loadAll(ctx context.Context, uris []string) ([]Result, error) 
 		if p := firstErr.Load(); p != nil {
 			err = *p
 		}
+		span.SetAttributes(attribute.Int64("sluice.store.failed", failed.Load()))
+		span.SetStatus(otelcodes.Error, err.Error())
+		if !isContextErr(err) {
+			s.opts.log.Error("store read failed", "component", "store", "kind", "read", "uris", len(uris), "failed", failed.Load(), "err", err)
+		}
 		return nil, fmt.Errorf("posts: read %d uris from the store: %w", len(uris), err)
 	}
+	found := 0
+	for _, r := range out {
+		if r.Found {
+			found++
+		}
+	}
+	span.SetAttributes(attribute.Int("sluice.store.found", found))
 	return out, nil
 }
 

@@ -3,6 +3,7 @@ package posts
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -26,6 +27,7 @@ func (s *Service) Put(ctx context.Context, recs []store.Record) (int, error) {
 		}
 	}
 	if err := s.store.Put(ctx, recs); err != nil {
+		s.logWriteError(ctx, "put", len(recs), err)
 		return 0, fmt.Errorf("posts: write %d records: %w", len(recs), err)
 	}
 	s.invalidate(ctx, uriList(recs))
@@ -40,6 +42,7 @@ func (s *Service) Delete(ctx context.Context, uris []string) (int, error) {
 	}
 	n, err := s.store.Delete(ctx, uris)
 	if err != nil {
+		s.logWriteError(ctx, "delete", len(uris), err)
 		return 0, fmt.Errorf("posts: delete %d records: %w", len(uris), err)
 	}
 	s.invalidate(ctx, uris)
@@ -49,7 +52,17 @@ func (s *Service) Delete(ctx context.Context, uris []string) (int, error) {
 func (s *Service) invalidate(ctx context.Context, uris []string) {
 	if err := s.cache.Invalidate(ctx, dedupe(uris)); err != nil {
 		s.invalidationFailures.Add(1)
+		s.opts.log.Error("cache invalidation failed; stale entries expire within the cache TTL", "component", "cache", "kind", "invalidate", "err", err)
 	}
+}
+
+// logWriteError logs a failed store write, unless the caller left or the
+// batch was invalid (the caller's error, answered to the caller).
+func (s *Service) logWriteError(_ context.Context, op string, n int, err error) {
+	if isContextErr(err) || errors.Is(err, store.ErrInvalid) {
+		return
+	}
+	s.opts.log.Error("store write failed", "component", "store", "kind", op, "records", n, "err", err)
 }
 
 // checkRecord applies the write rules: a record AT-URI of the collection,

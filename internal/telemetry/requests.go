@@ -3,6 +3,7 @@ package telemetry
 import (
 	"context"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/guard"
@@ -13,10 +14,26 @@ import (
 	"google.golang.org/grpc/codes"
 )
 
-// Requests records per-client request metrics. It implements
-// guard.Observer and rpc.ItemRecorder.
+// RejectionReasons is the fixed set of values of the reason label; a
+// reason outside it is counted as "other". Every reason gets a series (at
+// zero) as soon as a client calls a method, so dashboards and alerts see
+// a flat line instead of no data.
+var RejectionReasons = []string{guard.ReasonShape, guard.ReasonQuota, guard.ReasonOverload, guard.ReasonDeadline}
+
+// rejectionCodes is the gRPC code a rejection is answered with, by reason.
+var rejectionCodes = map[string]codes.Code{
+	guard.ReasonShape:    codes.InvalidArgument,
+	guard.ReasonQuota:    codes.ResourceExhausted,
+	guard.ReasonOverload: codes.Unavailable,
+	guard.ReasonDeadline: codes.DeadlineExceeded,
+}
+
+// Requests records per-client request metrics and feeds the per-client
+// aggregator (Telemetry.Clients). It implements guard.Observer and
+// rpc.ItemRecorder.
 type Requests struct {
 	t          *Telemetry
+	seen       sync.Map // attribute.Set of client and method → struct{}: reasons initialised
 	requests   metric.Int64Counter
 	duration   metric.Float64Histogram
 	batchSize  metric.Int64Histogram
@@ -44,7 +61,7 @@ func (t *Telemetry) NewRequests() (*Requests, error) {
 		return nil, err
 	}
 	if r.rejections, err = m.Int64Counter("sluice.rejections",
-		metric.WithDescription("Requests refused before work started, by client, method and reason (shape, overload, deadline).")); err != nil {
+		metric.WithDescription("Requests refused before work started, by client, method and reason (shape, quota, overload, deadline).")); err != nil {
 		return nil, err
 	}
 	if r.items, err = m.Int64Counter("sluice.items",
@@ -54,37 +71,48 @@ func (t *Telemetry) NewRequests() (*Requests, error) {
 	return r, nil
 }
 
-func (r *Requests) attrs(client, method string) attribute.Set {
-	return attribute.NewSet(
+// attrs returns the client and method labels, creating the zero series
+// of every rejection reason the first time the pair is seen.
+func (r *Requests) attrs(ctx context.Context, client, method string) attribute.Set {
+	set := attribute.NewSet(
 		attribute.String("client", r.t.ClientLabel(client)),
 		attribute.String("method", method),
 	)
+	if _, loaded := r.seen.LoadOrStore(set, struct{}{}); !loaded {
+		for _, reason := range RejectionReasons {
+			r.rejections.Add(ctx, 0, metric.WithAttributeSet(set), metric.WithAttributes(attribute.String("reason", reason)))
+		}
+	}
+	return set
 }
 
 // Rejected implements guard.Observer.
 func (r *Requests) Rejected(ctx context.Context, req guard.Request, reason string) {
-	m := shortMethod(req.Method)
-	set := r.attrs(req.Client, m)
+	set := r.attrs(ctx, req.Client, shortMethod(req.Method))
+	code, ok := rejectionCodes[reason]
+	if !ok {
+		reason, code = Other, codes.Unavailable
+	}
 	r.batchSize.Record(ctx, int64(req.Items), metric.WithAttributeSet(set))
 	r.rejections.Add(ctx, 1, metric.WithAttributeSet(set), metric.WithAttributes(attribute.String("reason", reason)))
-	code := codes.InvalidArgument
-	if reason != guard.ReasonShape {
-		code = codes.Unavailable
-	}
 	r.requests.Add(ctx, 1, metric.WithAttributeSet(set), metric.WithAttributes(attribute.String("code", code.String())))
+	r.t.stats.rejected(req.Client, req.Items)
 }
 
 // Finished implements guard.Observer.
 func (r *Requests) Finished(ctx context.Context, req guard.Request, code codes.Code, elapsed time.Duration) {
-	set := r.attrs(req.Client, shortMethod(req.Method))
+	set := r.attrs(ctx, req.Client, shortMethod(req.Method))
 	r.batchSize.Record(ctx, int64(req.Items), metric.WithAttributeSet(set))
 	r.duration.Record(ctx, elapsed.Seconds(), metric.WithAttributeSet(set))
 	r.requests.Add(ctx, 1, metric.WithAttributeSet(set), metric.WithAttributes(attribute.String("code", code.String())))
+	r.t.stats.finished(req.Client, req.Items, code != codes.OK, elapsed)
 }
 
 // RecordItems implements rpc.ItemRecorder.
 func (r *Requests) RecordItems(ctx context.Context, method string, c posts.Counts) {
-	set := r.attrs(identity.Client(ctx), method)
+	client := identity.Client(ctx)
+	set := r.attrs(ctx, client, method)
+	r.t.stats.served(client, c.FromCache, c.FromStore, c.NotFound)
 	for source, n := range map[string]int{"cache": c.FromCache, "store": c.FromStore, "not_found": c.NotFound} {
 		if n > 0 {
 			r.items.Add(ctx, int64(n), metric.WithAttributeSet(set), metric.WithAttributes(attribute.String("source", source)))

@@ -1,7 +1,12 @@
 // Package telemetry turns what sluice does into metrics: per client and
 // method request counts, latencies, batch sizes, rejections and item
-// sources; memcached pool and cache figures; and the process's vital signs
-// (goroutines, OS threads, memory, GC).
+// sources; memcached pool and cache figures, and the process's sockets to
+// each memcached server by TCP state; and the process's vital signs
+// (goroutines, OS threads, memory, GC). It also owns the trace pipeline
+// (a span per RPC, OTLP export, a ratio sampler), the storm-proof log
+// handler (rate-limited per component and kind, written through a
+// bounded, non-blocking buffer) and the in-process per-client aggregator
+// behind the admin /clients page.
 //
 // Metrics are OpenTelemetry instruments exported in the Prometheus format
 // on the admin /metrics endpoint. Client names become labels only if they
@@ -24,11 +29,44 @@ import (
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 )
 
-// Config selects which client names become metric labels.
+// Config selects which client names become metric labels, and where
+// traces go.
 type Config struct {
 	// Clients are the caller names reported as themselves; any other name
 	// is reported as "other".
 	Clients []string `yaml:"clients"`
+	// OTLPEndpoint is the OTLP/gRPC collector traces are sent to
+	// (host:port, or a URL); empty turns tracing off.
+	OTLPEndpoint string `yaml:"otlp_endpoint"`
+	// TraceSampleRatio is the share of new traces sampled, 0 to 1.
+	// DefaultConfig sets DefaultTraceSampleRatio.
+	TraceSampleRatio float64 `yaml:"trace_sample_ratio"`
+}
+
+// DefaultConfig returns the defaults: no client list, tracing off, 1% of
+// traces sampled once it is on.
+func DefaultConfig() Config { return Config{TraceSampleRatio: DefaultTraceSampleRatio} }
+
+// Validate checks the sample ratio.
+func (c Config) Validate() error {
+	if c.TraceSampleRatio < 0 || c.TraceSampleRatio > 1 {
+		return fmt.Errorf("telemetry: trace_sample_ratio must be between 0 and 1, got %v", c.TraceSampleRatio)
+	}
+	return nil
+}
+
+// Merge overlays the fields of o that are set on c.
+func (c Config) Merge(o Config) Config {
+	if o.Clients != nil {
+		c.Clients = o.Clients
+	}
+	if o.OTLPEndpoint != "" {
+		c.OTLPEndpoint = o.OTLPEndpoint
+	}
+	if o.TraceSampleRatio != 0 {
+		c.TraceSampleRatio = o.TraceSampleRatio
+	}
+	return c
 }
 
 // Other is the label of every caller not in Config.Clients.
@@ -41,6 +79,7 @@ type Telemetry struct {
 	provider *sdkmetric.MeterProvider
 	meter    metric.Meter
 	clients  *clientLabels
+	stats    *ClientStats
 }
 
 // New builds the metrics pipeline. Shutdown releases it.
@@ -61,11 +100,16 @@ func New(cfg Config) (*Telemetry, error) {
 		meter:    provider.Meter("github.com/sluice-dev/sluice"),
 		clients:  newClientLabels(cfg.Clients),
 	}
+	t.stats = newClientStats(t.ClientLabel)
 	if err := t.registerClientCardinality(); err != nil {
 		return nil, err
 	}
 	return t, nil
 }
+
+// Clients is the in-process per-client aggregator that the request hooks
+// feed; the admin /clients page reads it.
+func (t *Telemetry) Clients() *ClientStats { return t.stats }
 
 // Meter is the meter every sluice instrument is created from.
 func (t *Telemetry) Meter() metric.Meter { return t.meter }

@@ -1,0 +1,63 @@
+package cache
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"syscall"
+
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+)
+
+// Option adjusts a Cache's instrumentation; it changes no behaviour.
+type Option func(*options)
+
+type options struct {
+	tracer trace.Tracer
+	log    *slog.Logger
+}
+
+func defaultOptions() options {
+	return options{
+		tracer: noop.NewTracerProvider().Tracer(tracerName),
+		log:    slog.New(slog.DiscardHandler),
+	}
+}
+
+const tracerName = "github.com/sluice-dev/sluice/internal/cache"
+
+// WithTracerProvider makes each memcached get a span, a child of the
+// request's span, with its server, key count and hit count. Default: no
+// spans.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *options) { o.tracer = tp.Tracer(tracerName) }
+}
+
+// WithLogger logs breaker state changes (warn) and failed memcached calls
+// (error), with component=cache and a kind naming the failure. A failed
+// call can happen for every request while memcached is down, so the
+// logger must rate-limit (telemetry.LogHandler does). Default: no logs.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) { o.log = l.With("component", "cache") }
+}
+
+// errorKind names a failed call's cause with a small fixed vocabulary, for
+// log rate-limiting and reading.
+func errorKind(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection_refused"
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "connection_reset"
+	case errors.Is(err, os.ErrDeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
+		return "timeout"
+	case errors.As(err, &ne):
+		return "network"
+	}
+	return "server_error"
+}

@@ -1,0 +1,96 @@
+// Package clientpage serves the admin /clients page: who is calling
+// sluice right now, for when no Grafana is around. One table row per
+// client (items/s, requests/s, batch size, p50/p99 latency, errors,
+// rejections, cache hit ratio; sortable, busiest first) and small live
+// charts of the last minute, refreshed by the page itself from the JSON
+// form of the same handler.
+//
+// Everything the page needs — template, script, styles — is embedded in
+// the binary; it loads nothing from elsewhere. The package only renders:
+// the figures come from a Source (telemetry.ClientStats in sluice), read
+// at request time, and it keeps no state of its own.
+package clientpage
+
+import (
+	_ "embed"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/sluice-dev/sluice/internal/telemetry"
+)
+
+// Source provides the figures the page shows; *telemetry.ClientStats is
+// one.
+type Source interface {
+	Snapshot(windowSeconds int) telemetry.ClientsSnapshot
+}
+
+// DefaultWindow is the window, in seconds, rates and quantiles cover
+// unless the request asks for another with ?window=N.
+const DefaultWindow = 10
+
+// MaxWindow is the longest window a request may ask for.
+const MaxWindow = 59
+
+//go:embed page.html
+var pageHTML string
+
+var page = template.Must(template.New("clients").Funcs(template.FuncMap{
+	"f1":  func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) },
+	"pct": percent,
+}).Parse(pageHTML))
+
+// Handler serves the page as HTML, or as JSON when the path ends in .json
+// or the request accepts application/json.
+type Handler struct{ src Source }
+
+// New returns a Handler reading from src.
+func New(src Source) *Handler { return &Handler{src: src} }
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	window, err := windowParam(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	snap := h.src.Snapshot(window)
+	w.Header().Set("Cache-Control", "no-store")
+	if wantsJSON(r) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(snap)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	if err := page.Execute(w, snap); err != nil {
+		http.Error(w, "clients page: "+err.Error(), http.StatusInternalServerError)
+	}
+}
+
+func wantsJSON(r *http.Request) bool {
+	return strings.HasSuffix(r.URL.Path, ".json") || strings.Contains(r.Header.Get("Accept"), "application/json")
+}
+
+// windowParam reads ?window=N, 1 to MaxWindow seconds.
+func windowParam(r *http.Request) (int, error) {
+	v := r.URL.Query().Get("window")
+	if v == "" {
+		return DefaultWindow, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > MaxWindow {
+		return 0, fmt.Errorf("clients page: window=%q must be a whole number of seconds from 1 to %d", v, MaxWindow)
+	}
+	return n, nil
+}
+
+func percent(ratio float64) string {
+	if ratio < 0 {
+		return "–"
+	}
+	return strconv.FormatFloat(ratio*100, 'f', 1, 64) + "%"
+}

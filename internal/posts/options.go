@@ -1,0 +1,37 @@
+package posts
+
+import (
+	"log/slog"
+
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+)
+
+// Option adjusts a Service's instrumentation; it changes no behaviour.
+type Option func(*options)
+
+type options struct {
+	tracer trace.Tracer
+	log    *slog.Logger
+}
+
+const tracerName = "github.com/sluice-dev/sluice/internal/posts"
+
+func defaultOptions() options {
+	return options{tracer: noop.NewTracerProvider().Tracer(tracerName), log: slog.New(slog.DiscardHandler)}
+}
+
+// WithTracerProvider gives each read a span (posts.Get: client, batch
+// size, unique URIs, cache hits) with a child span for its store reads
+// (store.read: URIs read, found, failed). Default: no spans.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(o *options) { o.tracer = tp.Tracer(tracerName) }
+}
+
+// WithLogger logs failed store reads and writes (component=store) and
+// failed cache invalidations (component=cache, kind=invalidate) at error
+// level. They can happen on every request during an outage, so the
+// logger must rate-limit (telemetry.LogHandler does). Default: no logs.
+func WithLogger(l *slog.Logger) Option {
+	return func(o *options) { o.log = l }
+}

@@ -1,0 +1,271 @@
+package telemetry
+
+import (
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+)
+
+// historySeconds is how much per-second history ClientStats keeps.
+const historySeconds = 60
+
+// latencyBounds are the upper bounds, in seconds, of the latency buckets
+// ClientStats keeps per second; the same as sluice_request_duration_seconds.
+var latencyBounds = []float64{0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5}
+
+// ClientStats aggregates, in process, what each client asked of sluice
+// over the last minute, second by second: requests, items, errors,
+// rejections, item sources and latency. It is fed by the same hooks as
+// the request metrics (guard.Observer and rpc.ItemRecorder, through
+// Requests) and read by the admin /clients page, so the page works with no
+// Prometheus around. Clients are keyed by their bounded metric label.
+//
+// It keeps a fixed ring of seconds per client, so its memory is bounded by
+// the number of labels; recording takes one short per-client lock. It is
+// safe for concurrent use.
+type ClientStats struct {
+	label func(string) string
+	now   func() time.Time
+
+	mu      sync.RWMutex
+	clients map[string]*clientSeries
+}
+
+// clientSeries is one client's ring of seconds and its totals.
+type clientSeries struct {
+	mu     sync.Mutex
+	ring   [historySeconds]secondStats
+	totals secondStats
+}
+
+// secondStats is what happened in one second (or in total).
+type secondStats struct {
+	unix                           int64
+	requests, items, errors        int64
+	rejections                     int64
+	fromCache, fromStore, notFound int64
+	latency                        [14]int64 // len(latencyBounds)+1; the last is +Inf
+}
+
+func newClientStats(label func(string) string) *ClientStats {
+	return &ClientStats{label: label, now: time.Now, clients: map[string]*clientSeries{}}
+}
+
+// series returns the client's series, creating it on first use.
+func (c *ClientStats) series(client string) *clientSeries {
+	name := c.label(client)
+	c.mu.RLock()
+	s, ok := c.clients[name]
+	c.mu.RUnlock()
+	if ok {
+		return s
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if s, ok = c.clients[name]; !ok {
+		s = &clientSeries{}
+		c.clients[name] = s
+	}
+	return s
+}
+
+// record applies f to the client's current second and to its totals.
+func (c *ClientStats) record(client string, f func(*secondStats)) {
+	s := c.series(client)
+	now := c.now().Unix()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sec := &s.ring[now%historySeconds]
+	if sec.unix != now {
+		*sec = secondStats{unix: now}
+	}
+	f(sec)
+	f(&s.totals)
+}
+
+func (c *ClientStats) finished(client string, items int, failed bool, elapsed time.Duration) {
+	b, _ := slices.BinarySearch(latencyBounds, elapsed.Seconds())
+	c.record(client, func(s *secondStats) {
+		s.requests++
+		s.items += int64(items)
+		if failed {
+			s.errors++
+		}
+		s.latency[b]++
+	})
+}
+
+func (c *ClientStats) rejected(client string, items int) {
+	c.record(client, func(s *secondStats) {
+		s.requests++
+		s.items += int64(items)
+		s.rejections++
+	})
+}
+
+func (c *ClientStats) served(client string, fromCache, fromStore, notFound int) {
+	c.record(client, func(s *secondStats) {
+		s.fromCache += int64(fromCache)
+		s.fromStore += int64(fromStore)
+		s.notFound += int64(notFound)
+	})
+}
+
+// ClientsSnapshot is what the /clients page shows.
+type ClientsSnapshot struct {
+	// At is when the snapshot was taken.
+	At time.Time `json:"at"`
+	// WindowSeconds is the window the rates and quantiles cover: the
+	// last full seconds before At.
+	WindowSeconds int `json:"window_seconds"`
+	// Clients has one row per client seen, busiest (items/s) first.
+	Clients []ClientRow `json:"clients"`
+	// Goroutines and OSThreads are the process's, now.
+	Goroutines int `json:"goroutines"`
+	OSThreads  int `json:"os_threads"`
+}
+
+// ClientRow is one client's figures.
+type ClientRow struct {
+	Client string `json:"client"`
+	// Rates over the window, per second.
+	RequestsPerSec   float64 `json:"requests_per_sec"`
+	ItemsPerSec      float64 `json:"items_per_sec"`
+	ErrorsPerSec     float64 `json:"errors_per_sec"`
+	RejectionsPerSec float64 `json:"rejections_per_sec"`
+	// MeanBatch is items per request over the window.
+	MeanBatch float64 `json:"mean_batch"`
+	// P50Ms and P99Ms are latency quantiles over the window, in
+	// milliseconds, interpolated within histogram buckets.
+	P50Ms float64 `json:"p50_ms"`
+	P99Ms float64 `json:"p99_ms"`
+	// CacheHitRatio is the share of answered items that came from the
+	// cache over the window; -1 when none were answered.
+	CacheHitRatio float64 `json:"cache_hit_ratio"`
+	// Totals since start.
+	Requests   int64 `json:"requests"`
+	Items      int64 `json:"items"`
+	Errors     int64 `json:"errors"`
+	Rejections int64 `json:"rejections"`
+	// History is per second over the last minute, oldest first.
+	History ClientHistory `json:"history"`
+}
+
+// ClientHistory is one client's per-second series.
+type ClientHistory struct {
+	Requests []int64   `json:"requests"`
+	Items    []int64   `json:"items"`
+	P99Ms    []float64 `json:"p99_ms"`
+}
+
+// Snapshot returns every client's figures over the last window seconds
+// (1 to 60).
+func (c *ClientStats) Snapshot(window int) ClientsSnapshot {
+	window = min(max(window, 1), historySeconds-1)
+	now := c.now()
+	snap := ClientsSnapshot{At: now, WindowSeconds: window, Clients: []ClientRow{}, Goroutines: runtime.NumGoroutine()}
+	snap.OSThreads, _ = OSThreads()
+	c.mu.RLock()
+	names := make([]string, 0, len(c.clients))
+	for name := range c.clients {
+		names = append(names, name)
+	}
+	c.mu.RUnlock()
+	for _, name := range names {
+		snap.Clients = append(snap.Clients, c.series(name).row(name, now.Unix(), window))
+	}
+	slices.SortFunc(snap.Clients, func(a, b ClientRow) int {
+		if a.ItemsPerSec != b.ItemsPerSec {
+			if a.ItemsPerSec > b.ItemsPerSec {
+				return -1
+			}
+			return 1
+		}
+		return int(b.Items - a.Items)
+	})
+	return snap
+}
+
+// row computes one client's figures; the current, partial second is left
+// out of rates and history.
+func (s *clientSeries) row(name string, now int64, window int) ClientRow {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := ClientRow{Client: name, Requests: s.totals.requests, Items: s.totals.items, Errors: s.totals.errors, Rejections: s.totals.rejections}
+	var sum secondStats
+	for ago := int64(historySeconds - 1); ago >= 1; ago-- {
+		sec := s.at(now - ago)
+		r.History.Requests = append(r.History.Requests, sec.requests)
+		r.History.Items = append(r.History.Items, sec.items)
+		r.History.P99Ms = append(r.History.P99Ms, quantile(sec.latency[:], 0.99)*1000)
+		if ago <= int64(window) {
+			sum.add(sec)
+		}
+	}
+	w := float64(window)
+	r.RequestsPerSec, r.ItemsPerSec = float64(sum.requests)/w, float64(sum.items)/w
+	r.ErrorsPerSec, r.RejectionsPerSec = float64(sum.errors)/w, float64(sum.rejections)/w
+	if sum.requests > 0 {
+		r.MeanBatch = float64(sum.items) / float64(sum.requests)
+	}
+	r.P50Ms, r.P99Ms = quantile(sum.latency[:], 0.5)*1000, quantile(sum.latency[:], 0.99)*1000
+	r.CacheHitRatio = -1
+	if answered := sum.fromCache + sum.fromStore + sum.notFound; answered > 0 {
+		r.CacheHitRatio = float64(sum.fromCache) / float64(answered)
+	}
+	return r
+}
+
+// at returns the stats of second unix, or zeros if the ring has moved on.
+func (s *clientSeries) at(unix int64) secondStats {
+	sec := s.ring[unix%historySeconds]
+	if sec.unix != unix {
+		return secondStats{unix: unix}
+	}
+	return sec
+}
+
+func (s *secondStats) add(o secondStats) {
+	s.requests += o.requests
+	s.items += o.items
+	s.errors += o.errors
+	s.rejections += o.rejections
+	s.fromCache += o.fromCache
+	s.fromStore += o.fromStore
+	s.notFound += o.notFound
+	for i, n := range o.latency {
+		s.latency[i] += n
+	}
+}
+
+// quantile estimates the q-quantile of bucket counts the way Prometheus's
+// histogram_quantile does: linear within the bucket, the lowest bucket
+// starting at 0, the +Inf bucket reported as the highest finite bound.
+// It returns 0 for no observations.
+func quantile(counts []int64, q float64) float64 {
+	var total int64
+	for _, n := range counts {
+		total += n
+	}
+	if total == 0 {
+		return 0
+	}
+	rank := q * float64(total)
+	var seen int64
+	for i, n := range counts {
+		if float64(seen+n) < rank || n == 0 {
+			seen += n
+			continue
+		}
+		if i == len(latencyBounds) {
+			return latencyBounds[len(latencyBounds)-1]
+		}
+		lower := 0.0
+		if i > 0 {
+			lower = latencyBounds[i-1]
+		}
+		return lower + (latencyBounds[i]-lower)*(rank-float64(seen))/float64(n)
+	}
+	return latencyBounds[len(latencyBounds)-1]
+}

@@ -1,0 +1,112 @@
+package telemetry
+
+import (
+	"context"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/sluice-dev/sluice/internal/guard"
+	"google.golang.org/grpc/codes"
+)
+
+// Tests that the aggregator's rates, batch sizes, quantiles and ring
+// follow a clock it is given, per bounded client label.
+func TestClientStatsWindow(t *testing.T) {
+	now := time.Unix(1_000_000, 0)
+	c := newClientStats(newClientLabels([]string{"bulk", "feed"}).label)
+	c.now = func() time.Time { return now }
+	for range 10 { // ten seconds of traffic
+		c.finished("bulk", 900, false, 80*time.Millisecond)
+		c.served("bulk", 800, 100, 0)
+		for range 20 {
+			c.finished("feed", 10, false, 2*time.Millisecond)
+		}
+		c.finished("feed", 10, true, 2*time.Millisecond)
+		c.rejected("mystery", 5000)
+		now = now.Add(time.Second)
+	}
+	snap := c.Snapshot(10)
+	if len(snap.Clients) != 3 || snap.Clients[0].Client != Other || snap.Clients[1].Client != "bulk" || snap.Clients[2].Client != "feed" {
+		t.Fatalf("rows %+v; want by items/s: other (5000/s, the unlisted caller), bulk (900/s), feed (210/s)", snap.Clients)
+	}
+	rows := map[string]ClientRow{}
+	for _, r := range snap.Clients {
+		rows[r.Client] = r
+	}
+	bulk, feed, other := rows["bulk"], rows["feed"], rows[Other]
+	check := func(name string, got, want float64) {
+		t.Helper()
+		if math.Abs(got-want) > 1e-6 {
+			t.Errorf("%s = %v, want %v", name, got, want)
+		}
+	}
+	check("bulk items/s", bulk.ItemsPerSec, 900)
+	check("bulk requests/s", bulk.RequestsPerSec, 1)
+	check("bulk mean batch", bulk.MeanBatch, 900)
+	check("bulk cache hit ratio", bulk.CacheHitRatio, 800.0/900)
+	check("feed requests/s", feed.RequestsPerSec, 21)
+	check("feed errors/s", feed.ErrorsPerSec, 1)
+	check("other rejections/s", other.RejectionsPerSec, 1)
+	check("feed cache hit ratio (none answered)", feed.CacheHitRatio, -1)
+	// 80ms falls in the (50ms, 100ms] bucket: p50 interpolates to its middle.
+	check("bulk p50 ms", bulk.P50Ms, 75)
+	if feed.P99Ms <= 1 || feed.P99Ms > 2.5 {
+		t.Errorf("feed p99 %v ms; want within the (1ms, 2.5ms] bucket", feed.P99Ms)
+	}
+	if len(bulk.History.Items) != historySeconds-1 || bulk.History.Items[len(bulk.History.Items)-1] != 900 {
+		t.Errorf("bulk history %v; want %d seconds ending in 900", bulk.History.Items, historySeconds-1)
+	}
+	// A minute later the window is empty but the totals remain.
+	now = now.Add(time.Minute)
+	later := c.Snapshot(10)
+	for _, r := range later.Clients {
+		if r.RequestsPerSec != 0 || r.Requests == 0 {
+			t.Errorf("%s a minute later: %v requests/s, %d total; want 0 and the total kept", r.Client, r.RequestsPerSec, r.Requests)
+		}
+	}
+}
+
+// Tests that a client's first request creates a zero series for every
+// rejection reason, quota included, and that a rejection is counted under
+// its reason with the code the guard answers.
+func TestRejectionReasonsAreAFixedSet(t *testing.T) {
+	tel, err := New(Config{Clients: []string{"feed"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.Shutdown(context.Background())
+	r, err := tel.NewRequests()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	req := guard.Request{Client: "feed", Method: "/sluice.v1.PostRecords/GetPostRecords", Items: 10}
+	r.Finished(ctx, req, codes.OK, time.Millisecond)
+	r.Rejected(ctx, req, guard.ReasonDeadline)
+	r.Rejected(ctx, req, "made-up")
+	want := `
+# HELP sluice_rejections_total Requests refused before work started, by client, method and reason (shape, quota, overload, deadline).
+# TYPE sluice_rejections_total counter
+sluice_rejections_total{client="feed",method="GetPostRecords",reason="deadline"} 1
+sluice_rejections_total{client="feed",method="GetPostRecords",reason="other"} 1
+sluice_rejections_total{client="feed",method="GetPostRecords",reason="overload"} 0
+sluice_rejections_total{client="feed",method="GetPostRecords",reason="quota"} 0
+sluice_rejections_total{client="feed",method="GetPostRecords",reason="shape"} 0
+`
+	if err := testutil.GatherAndCompare(tel.registry, strings.NewReader(want), "sluice_rejections_total"); err != nil {
+		t.Error(err)
+	}
+	wantCodes := `
+# HELP sluice_requests_total Requests finished, by client, method and gRPC code.
+# TYPE sluice_requests_total counter
+sluice_requests_total{client="feed",code="DeadlineExceeded",method="GetPostRecords"} 1
+sluice_requests_total{client="feed",code="OK",method="GetPostRecords"} 1
+sluice_requests_total{client="feed",code="Unavailable",method="GetPostRecords"} 1
+`
+	if err := testutil.GatherAndCompare(tel.registry, strings.NewReader(wantCodes), "sluice_requests_total"); err != nil {
+		t.Error(err)
+	}
+}

@@ -1,0 +1,110 @@
+package telemetry
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/sockets"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// ObserveProcess exports sluice_process_os_threads: the OS threads of the
+// process, read from /proc/self/status. The Go collector's go_threads
+// counts threads the Go runtime created, which misses threads created
+// outside it; the kernel's count is the figure that jumped in the outage.
+func (t *Telemetry) ObserveProcess() error {
+	_, err := t.meter.Int64ObservableGauge("sluice.process.os_threads",
+		metric.WithDescription("OS threads of the process, as the kernel counts them (/proc/self/status Threads)."),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			n, err := OSThreads()
+			if err != nil {
+				return err
+			}
+			o.Observe(int64(n))
+			return nil
+		}))
+	return err
+}
+
+// OSThreads returns the number of OS threads of this process.
+func OSThreads() (int, error) {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0, fmt.Errorf("telemetry: os threads: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "Threads:"); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			if err != nil {
+				return 0, fmt.Errorf("telemetry: os threads: %q: %w", v, err)
+			}
+			return n, nil
+		}
+	}
+	return 0, fmt.Errorf("telemetry: os threads: no Threads line in /proc/self/status")
+}
+
+// alwaysReportedStates get a series per server even at zero, so that a
+// dashboard shows a flat line instead of "no data".
+var alwaysReportedStates = []sockets.State{sockets.Established, sockets.TimeWait}
+
+// ObserveSockets exports sluice_memcached_sockets{server,state}: the
+// process's TCP sockets to each memcached server by state, read from the
+// kernel's tables at scrape time. TIME_WAIT sockets belong to no process,
+// so that figure counts every such socket toward the server on this host.
+func (t *Telemetry) ObserveSockets(servers []string) error {
+	_, err := t.meter.Int64ObservableGauge("sluice.memcached.sockets",
+		metric.WithDescription("TCP sockets to each memcached server by state (ESTABLISHED, TIME_WAIT, …), from /proc/net/tcp{,6}."),
+		metric.WithInt64Callback(func(ctx context.Context, o metric.Int64Observer) error {
+			for _, server := range servers {
+				remote, err := resolve(ctx, server)
+				if err != nil {
+					continue // an unresolvable name has no sockets to count
+				}
+				counts, err := sockets.To(remote)
+				if err != nil {
+					return err
+				}
+				for _, st := range alwaysReportedStates {
+					counts[st] += 0
+				}
+				for st, n := range counts {
+					o.Observe(int64(n), metric.WithAttributes(attribute.String("server", server), attribute.String("state", st.String())))
+				}
+			}
+			return nil
+		}))
+	return err
+}
+
+// resolve turns host:port into the address the kernel table shows.
+func resolve(ctx context.Context, server string) (netip.AddrPort, error) {
+	if ap, err := netip.ParseAddrPort(server); err == nil {
+		return ap, nil
+	}
+	host, portStr, err := net.SplitHostPort(server)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	port, err := strconv.ParseUint(portStr, 10, 16)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+	if err != nil || len(addrs) == 0 {
+		return netip.AddrPort{}, fmt.Errorf("telemetry: resolve %s: %w", server, err)
+	}
+	return netip.AddrPortFrom(addrs[0].Unmap(), uint16(port)), nil
+}
