@@ -10,6 +10,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/posts"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 )
 
@@ -54,17 +55,21 @@ func (t *Telemetry) NewRequests() (*Requests, error) {
 	return r, nil
 }
 
-func (r *Requests) attrs(client, method string) attribute.Set {
+// attrs labels a request by client, service ("sluice.v1.PostRecords",
+// "bsky.Service") and bare method name, from its full method
+// "/pkg.Svc/M". Two services may both have a GetPostRecords; service
+// tells them apart.
+func (r *Requests) attrs(client, fullMethod string) attribute.Set {
 	return attribute.NewSet(
 		attribute.String("client", r.t.ClientLabel(client)),
-		attribute.String("method", method),
+		attribute.String("service", serviceOf(fullMethod)),
+		attribute.String("method", shortMethod(fullMethod)),
 	)
 }
 
 // Rejected implements guard.Observer.
 func (r *Requests) Rejected(ctx context.Context, req guard.Request, reason string) {
-	m := shortMethod(req.Method)
-	set := r.attrs(req.Client, m)
+	set := r.attrs(req.Client, req.Method)
 	r.batchSize.Record(ctx, int64(req.Items), metric.WithAttributeSet(set))
 	r.rejections.Add(ctx, 1, metric.WithAttributeSet(set), metric.WithAttributes(attribute.String("reason", reason)))
 	code := codes.InvalidArgument
@@ -76,7 +81,7 @@ func (r *Requests) Rejected(ctx context.Context, req guard.Request, reason strin
 
 // Finished implements guard.Observer.
 func (r *Requests) Finished(ctx context.Context, req guard.Request, code codes.Code, elapsed time.Duration) {
-	set := r.attrs(req.Client, shortMethod(req.Method))
+	set := r.attrs(req.Client, req.Method)
 	r.batchSize.Record(ctx, int64(req.Items), metric.WithAttributeSet(set))
 	r.duration.Record(ctx, elapsed.Seconds(), metric.WithAttributeSet(set))
 	r.requests.Add(ctx, 1, metric.WithAttributeSet(set), metric.WithAttributes(attribute.String("code", code.String())))
@@ -84,7 +89,11 @@ func (r *Requests) Finished(ctx context.Context, req guard.Request, code codes.C
 
 // RecordItems implements rpc.ItemRecorder.
 func (r *Requests) RecordItems(ctx context.Context, method string, c posts.Counts) {
-	set := r.attrs(identity.Client(ctx), method)
+	full, ok := grpc.Method(ctx)
+	if !ok || shortMethod(full) != method {
+		full = method
+	}
+	set := r.attrs(identity.Client(ctx), full)
 	for source, n := range map[string]int{"cache": c.FromCache, "store": c.FromStore, "not_found": c.NotFound} {
 		if n > 0 {
 			r.items.Add(ctx, int64(n), metric.WithAttributeSet(set), metric.WithAttributes(attribute.String("source", source)))
@@ -93,3 +102,12 @@ func (r *Requests) RecordItems(ctx context.Context, method string, c posts.Count
 }
 
 func shortMethod(full string) string { return full[strings.LastIndexByte(full, '/')+1:] }
+
+// serviceOf is the service of a full method, "" when it names none.
+func serviceOf(full string) string {
+	svc, _, ok := strings.Cut(strings.TrimPrefix(full, "/"), "/")
+	if !ok {
+		return ""
+	}
+	return svc
+}
