@@ -1,10 +1,8 @@
 package synth
 
 import (
-	"crypto/sha256"
 	"encoding/json"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/store"
@@ -36,10 +34,9 @@ func (g *Generator) NextIn(collection string) store.Record {
 		rkey = "self"
 	}
 	body := g.body(collection)
-	sum := sha256.Sum256(body)
 	return store.Record{
 		URI:       fmt.Sprintf("at://%s/%s/%s", author, collection, rkey),
-		CID:       "bafyrei" + strings.ToLower(plcEncoding.EncodeToString(sum[:]))[:52],
+		CID:       cidFor(body),
 		JSON:      body,
 		CreatedAt: g.clock,
 		IndexedAt: g.clock.Add(time.Duration(g.rng.IntN(2000)) * time.Millisecond),

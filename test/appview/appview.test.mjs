@@ -10,6 +10,7 @@ import { readFileSync } from "node:fs";
 import { MethodKind } from "@bufbuild/protobuf";
 import { Code, ConnectError, createPromiseClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
+import { CID } from "multiformats/cid";
 import { Service } from "./gen/bsky/bsky_connect.js";
 import { GetLikeRecordsRequest, GetLikeRecordsResponse } from "./gen/bsky/bsky_pb.js";
 
@@ -64,6 +65,8 @@ test("seeded posts are found, parse as app.bsky.feed.post JSON, and carry meta",
     assert.equal(post.$type, "app.bsky.feed.post", `records[${i}]`);
     assert.deepEqual(post, JSON.parse(want.json), `records[${i}] body`);
     assert.equal(rec.cid, want.cid, `records[${i}] cid`);
+    // The AppView drops a record whose cid does not parse (parseRecord).
+    assert.equal(CID.parse(rec.cid).toString(), rec.cid, `records[${i}] cid parses`);
     assert.equal(rec.createdAt.toDate().toISOString(), new Date(want.createdAt).toISOString());
     assert.ok(rec.indexedAt.toDate() >= rec.createdAt.toDate(), `records[${i}] indexedAt`);
     assert.equal(rec.sortedAt.toDate().getTime(), rec.createdAt.toDate().getTime());
@@ -108,6 +111,7 @@ test("likes and profiles come from their own methods", async () => {
     const like = decode(likes.records[i].record);
     assert.equal(like.$type, "app.bsky.feed.like");
     assert.equal(likes.records[i].cid, want.cid);
+    assert.ok(CID.parse(likes.records[i].cid));
   });
   assert.equal(likes.records.at(-1).record.length, 0, "a post's URI is not a like");
   const profiles = await client.getProfileRecords({ uris: [fixture.profile.uri] });
