@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/sluice-dev/sluice/api/bsky"
+	"github.com/sluice-dev/sluice/internal/aturi"
+	"github.com/sluice-dev/sluice/internal/bskyrpc"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/synth"
 	"google.golang.org/grpc"
@@ -127,6 +129,44 @@ func TestBskyOtherCollections(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkAnswers(t, profResp.GetRecords(), []*store.Record{&profile})
+}
+
+// Tests every declared bsky.Service method: each served one returns a
+// record of its collection and an empty record for a post's URI; each
+// unserved one answers Unimplemented. All requests and responses of
+// these methods share one wire shape ({uris = 1} -> {records = 1}).
+func TestBskyEveryMethod(t *testing.T) {
+	ts := startServer(t, 1, nil)
+	served := bskyrpc.Served()
+	for _, m := range bsky.Service_ServiceDesc.Methods {
+		t.Run(m.MethodName, func(t *testing.T) {
+			collection, ok := served[m.MethodName]
+			var rec store.Record
+			if ok {
+				rec = ts.seedIn(collection, 1)[0]
+			}
+			req := &bsky.GetLikeRecordsRequest{Uris: []string{rec.URI, ts.posts[0].URI}}
+			if !ok {
+				req.Uris = req.Uris[1:]
+			}
+			var resp bsky.GetLikeRecordsResponse
+			err := ts.conn.Invoke(ts.appviewCtx(), "/bsky.Service/"+m.MethodName, req, &resp)
+			if !ok {
+				if status.Code(err) != codes.Unimplemented {
+					t.Fatalf("unserved method answered %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := []*store.Record{&rec, nil}
+			if collection == aturi.PostCollection {
+				want[1] = &ts.posts[0]
+			}
+			checkAnswers(t, resp.GetRecords(), want)
+		})
+	}
 }
 
 func checkAnswers(t *testing.T, got []*bsky.Record, want []*store.Record) {
