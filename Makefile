@@ -5,7 +5,7 @@ GO ?= go
 TEST_FLAGS ?= -race -timeout 15m
 FUZZTIME ?= 5s
 
-.PHONY: help run build test unit generate fuzz fuzz-long vet deps-up deps-down clean
+.PHONY: help run build test unit generate fuzz fuzz-long vet deps-up deps-down clean appview-test
 
 help: ## list targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -42,3 +42,6 @@ deps-down: ## stop them
 
 clean: ## remove build outputs and local data
 	rm -rf bin .data test-artifacts
+
+appview-test: ## the AppView's client stack (Node.js, connect-es) against a seeded sluice
+	eval "$$(scripts/test-deps.sh up)" && $(GO) test -count=1 -v -run . ./test/appview/

@@ -28,3 +28,10 @@ PATH="$TOOLS:$PATH" protoc -I proto \
   --go-grpc_out=api --go-grpc_opt=module=github.com/sluice-dev/sluice/api \
   $PROTOS
 echo "generate: api/ rebuilt from $(echo "$PROTOS" | wc -w) proto file(s)"
+
+# The AppView client test's JavaScript, from proto/bsky, with the npm
+# generators pinned in test/appview/package-lock.json.
+scripts/appview-deps.sh
+rm -rf test/appview/gen
+(cd test/appview && node_modules/.bin/buf generate)
+echo "generate: test/appview/gen rebuilt from proto/bsky"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Starts and stops the real servers sluice's tests run against, installing
-# them from Debian's packages when missing.
+# them from Debian's packages when missing; `up` also installs the Node.js
+# packages of the AppView client test (scripts/appview-deps.sh).
 #
 #   scripts/test-deps.sh up     start them; print the environment tests read
 #   scripts/test-deps.sh env    print that environment without starting anything
@@ -69,7 +70,7 @@ ENV
 }
 
 case "${1:-}" in
-  up)   memcached_up; browser_deps; print_env ;;
+  up)   memcached_up; browser_deps; scripts/appview-deps.sh; print_env ;;
   env)  print_env ;;
   down) stop_pidfile "$DEPS/memcached.pid"; log "stopped" ;;
   *)    echo "usage: $0 up|env|down" >&2; exit 2 ;;

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/internal/aturi"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/store/boltstore"
 	"github.com/sluice-dev/sluice/internal/synth"
@@ -24,6 +25,7 @@ func seed(ctx context.Context, args []string) error {
 	seedVal := fs.Uint64("seed", 1, "random seed; the same seed writes the same posts")
 	authors := fs.Int("authors", 5000, "number of distinct authors")
 	ifEmpty := fs.Bool("if-empty", false, "do nothing if the store already holds records")
+	collection := fs.String("collection", aturi.PostCollection, "collection of the records to write (NSID), e.g. app.bsky.feed.like for bsky.Service/GetLikeRecords")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -32,6 +34,9 @@ func seed(ctx context.Context, args []string) error {
 	}
 	if *n < 1 || *batch < 1 {
 		return fmt.Errorf("seed: --posts and --batch must be at least 1")
+	}
+	if _, err := aturi.Parse("at://did:web:example.com/" + *collection + "/self"); err != nil {
+		return fmt.Errorf("seed: --collection %q is not an NSID such as app.bsky.feed.like: %w", *collection, err)
 	}
 	st, err := boltstore.Open(filepath.Join(*dataDir, app.StoreFile), boltstore.Options{})
 	if err != nil {
@@ -46,10 +51,13 @@ func seed(ctx context.Context, args []string) error {
 			return nil
 		}
 	}
-	return writePosts(ctx, st, synth.New(*seedVal, *authors), *n, *batch, *urisOut)
+	gen := synth.New(*seedVal, *authors)
+	return writePosts(ctx, st, func() store.Record { return gen.NextIn(*collection) }, *n, *batch, *urisOut)
 }
 
-func writePosts(ctx context.Context, st store.Store, gen *synth.Generator, n, batch int, urisOut string) error {
+// writePosts writes n records made by next (posts unless seed's
+// --collection says otherwise) and their URIs.
+func writePosts(ctx context.Context, st store.Store, next func() store.Record, n, batch int, urisOut string) error {
 	f, err := os.Create(urisOut)
 	if err != nil {
 		return fmt.Errorf("seed: %w", err)
@@ -61,7 +69,7 @@ func writePosts(ctx context.Context, st store.Store, gen *synth.Generator, n, ba
 	for written := 0; written < n; written += len(recs) {
 		recs = recs[:0]
 		for range min(batch, n-written) {
-			recs = append(recs, gen.Next())
+			recs = append(recs, next())
 		}
 		if err := st.Put(ctx, recs); err != nil {
 			return fmt.Errorf("seed: after %d posts: %w", written, err)

@@ -17,9 +17,11 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/sluice-dev/sluice/api/bsky"
 	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
 	"github.com/sluice-dev/sluice/internal/admin"
 	"github.com/sluice-dev/sluice/internal/aturi"
+	"github.com/sluice-dev/sluice/internal/bskyrpc"
 	"github.com/sluice-dev/sluice/internal/cache"
 	"github.com/sluice-dev/sluice/internal/clientpage"
 	"github.com/sluice-dev/sluice/internal/guard"
@@ -117,6 +119,9 @@ func (a *App) build() error {
 	if err := a.Guard.Register(&sluicev1.PostRecords_ServiceDesc, rpc.NewPostRecords(a.Posts, requests)); err != nil {
 		return err
 	}
+	if err := a.registerBsky(instrumented, requests); err != nil {
+		return err
+	}
 	a.Admin = admin.New(a.Telemetry.Handler())
 	page := clientpage.New(a.Telemetry.Clients())
 	a.Admin.Handle("GET /clients", page)
@@ -159,6 +164,18 @@ func (a *App) observe() error {
 		return a.Telemetry.ObserveLogs(lh)
 	}
 	return nil
+}
+
+// registerBsky serves bsky.Service, the AppView's data-plane contract, on
+// the same guard, cache and store; posts share a.Posts with sluice.v1.
+func (a *App) registerBsky(st store.Store, requests *telemetry.Requests) error {
+	svc := bskyrpc.New(func(collection string) *posts.Service {
+		if collection == a.Posts.Collection() {
+			return a.Posts
+		}
+		return posts.New(collection, a.Cache, st, posts.DefaultWriteLimits())
+	}, requests)
+	return a.Guard.Register(&bsky.Service_ServiceDesc, svc)
 }
 
 // Close releases the cache, store and telemetry, in reverse order of

@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/bskyrpc"
 	"github.com/sluice-dev/sluice/internal/cache"
 	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/rpc"
@@ -60,6 +61,9 @@ func DefaultConfig() Config {
 		Telemetry:    telemetry.DefaultConfig(),
 	}
 	for name, p := range rpc.DefaultPolicies() {
+		cfg.Guard.Methods[name] = p
+	}
+	for name, p := range bskyrpc.DefaultPolicies() {
 		cfg.Guard.Methods[name] = p
 	}
 	return cfg

@@ -52,3 +52,20 @@ func TestConfigErrors(t *testing.T) {
 		})
 	}
 }
+
+// Tests that the example config's bsky.Service override lands on that
+// method only, and that every bsky.Service method keeps a policy.
+func TestExampleConfigBskyPolicies(t *testing.T) {
+	cfg := DefaultConfig()
+	if err := cfg.LoadFile(filepath.Join("..", "..", "config", "sluice.example.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	for name, p := range cfg.Guard.Methods {
+		if strings.HasPrefix(name, "bsky.Service/") && (p.MaxItems != 1000 || p.Timeout != 2*time.Second) {
+			t.Errorf("%s policy = %+v", name, p)
+		}
+	}
+	if _, ok := cfg.Guard.Methods["bsky.Service/GetStatusRecords"]; !ok {
+		t.Error("declared but unserved GetStatusRecords has no policy; the guard would refuse the service")
+	}
+}

@@ -108,6 +108,11 @@ func (s *PostRecords) DeletePostRecords(ctx context.Context, req *sluicev1.Delet
 	return &sluicev1.DeletePostRecordsResponse{Deleted: uint32(n)}, nil
 }
 
+// Status maps an error of the read path (package posts) to the gRPC
+// status method answers with. Other services over the same read path
+// (package bskyrpc) use it, so the mapping stays in one place.
+func Status(method string, err error) error { return toStatus(method, err) }
+
 // toStatus maps the read path's errors to gRPC status codes. It is the
 // only such mapping in sluice besides the guard's own refusals.
 func toStatus(method string, err error) error {

@@ -69,14 +69,23 @@ func (g *Generator) Next() store.Record {
 	author := g.authors[g.rng.IntN(len(g.authors))]
 	uri := fmt.Sprintf("at://%s/app.bsky.feed.post/%s", author, tid(g.clock, g.seq))
 	body := g.record(uri)
-	sum := sha256.Sum256(body)
 	return store.Record{
 		URI:       uri,
-		CID:       "bafyrei" + strings.ToLower(plcEncoding.EncodeToString(sum[:]))[:52],
+		CID:       cidFor(body),
 		JSON:      body,
 		CreatedAt: g.clock,
 		IndexedAt: g.clock.Add(time.Duration(g.rng.IntN(2000)) * time.Millisecond),
 	}
+}
+
+// cidFor returns a well-formed CIDv1 (dag-cbor codec, sha-256 multihash)
+// over body, in the base32 multibase form records carry ("bafyrei…"), so
+// clients that parse CIDs, as the AppView does, accept it. Real CIDs hash
+// the record's DAG-CBOR encoding; the JSON stands in for it here.
+func cidFor(body []byte) string {
+	sum := sha256.Sum256(body)
+	raw := append([]byte{0x01, 0x71, 0x12, 0x20}, sum[:]...)
+	return "b" + plcEncoding.EncodeToString(raw)
 }
 
 // MissingURI returns a well-formed post URI that Next never produces.

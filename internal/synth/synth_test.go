@@ -2,9 +2,11 @@ package synth
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/sluice-dev/sluice/internal/aturi"
+	"github.com/sluice-dev/sluice/internal/store"
 )
 
 func TestPostsAreRealistic(t *testing.T) {
@@ -42,6 +44,25 @@ func TestDeterministic(t *testing.T) {
 	for range 10 {
 		if x, y := a.Next(), b.Next(); x.URI != y.URI || string(x.JSON) != string(y.JSON) {
 			t.Fatalf("same seed differs: %s vs %s", x.URI, y.URI)
+		}
+	}
+}
+
+// Tests that synthetic CIDs are well-formed CIDv1 strings: base32
+// multibase, version 1, dag-cbor, a 32-byte sha-256 digest.
+func TestCIDsAreWellFormed(t *testing.T) {
+	g := New(3, 5)
+	for _, r := range []store.Record{g.Next(), g.NextIn(LikeCollection), g.NextIn(ProfileCollection)} {
+		if !strings.HasPrefix(r.CID, "bafyrei") {
+			t.Errorf("%s: cid %q does not start like a dag-cbor sha-256 CIDv1", r.URI, r.CID)
+			continue
+		}
+		raw, err := plcEncoding.DecodeString(r.CID[1:])
+		if err != nil {
+			t.Fatalf("%s: cid %q: %v", r.URI, r.CID, err)
+		}
+		if len(raw) != 36 || raw[0] != 0x01 || raw[1] != 0x71 || raw[2] != 0x12 || raw[3] != 0x20 {
+			t.Errorf("%s: cid %q decodes to % x, want 01 71 12 20 and a 32-byte digest", r.URI, r.CID, raw[:min(4, len(raw))])
 		}
 	}
 }

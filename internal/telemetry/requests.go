@@ -11,6 +11,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/posts"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 )
 
@@ -71,12 +72,15 @@ func (t *Telemetry) NewRequests() (*Requests, error) {
 	return r, nil
 }
 
-// attrs returns the client and method labels, creating the zero series
-// of every rejection reason the first time the pair is seen.
-func (r *Requests) attrs(ctx context.Context, client, method string) attribute.Set {
+// attrs labels a request by client, service ("sluice.v1.PostRecords",
+// "bsky.Service") and bare method name, from its full method
+// "/pkg.Svc/M" (two services may both have a GetPostRecords), creating
+// the zero series of every rejection reason the first time it is seen.
+func (r *Requests) attrs(ctx context.Context, client, fullMethod string) attribute.Set {
 	set := attribute.NewSet(
 		attribute.String("client", r.t.ClientLabel(client)),
-		attribute.String("method", method),
+		attribute.String("service", serviceOf(fullMethod)),
+		attribute.String("method", shortMethod(fullMethod)),
 	)
 	if _, loaded := r.seen.LoadOrStore(set, struct{}{}); !loaded {
 		for _, reason := range RejectionReasons {
@@ -88,7 +92,7 @@ func (r *Requests) attrs(ctx context.Context, client, method string) attribute.S
 
 // Rejected implements guard.Observer.
 func (r *Requests) Rejected(ctx context.Context, req guard.Request, reason string) {
-	set := r.attrs(ctx, req.Client, shortMethod(req.Method))
+	set := r.attrs(ctx, req.Client, req.Method)
 	code, ok := rejectionCodes[reason]
 	if !ok {
 		reason, code = Other, codes.Unavailable
@@ -101,7 +105,7 @@ func (r *Requests) Rejected(ctx context.Context, req guard.Request, reason strin
 
 // Finished implements guard.Observer.
 func (r *Requests) Finished(ctx context.Context, req guard.Request, code codes.Code, elapsed time.Duration) {
-	set := r.attrs(ctx, req.Client, shortMethod(req.Method))
+	set := r.attrs(ctx, req.Client, req.Method)
 	r.batchSize.Record(ctx, int64(req.Items), metric.WithAttributeSet(set))
 	r.duration.Record(ctx, elapsed.Seconds(), metric.WithAttributeSet(set))
 	r.requests.Add(ctx, 1, metric.WithAttributeSet(set), metric.WithAttributes(attribute.String("code", code.String())))
@@ -111,7 +115,11 @@ func (r *Requests) Finished(ctx context.Context, req guard.Request, code codes.C
 // RecordItems implements rpc.ItemRecorder.
 func (r *Requests) RecordItems(ctx context.Context, method string, c posts.Counts) {
 	client := identity.Client(ctx)
-	set := r.attrs(ctx, client, method)
+	full, ok := grpc.Method(ctx)
+	if !ok || shortMethod(full) != method {
+		full = method
+	}
+	set := r.attrs(ctx, client, full)
 	r.t.stats.served(client, c.FromCache, c.FromStore, c.NotFound)
 	for source, n := range map[string]int{"cache": c.FromCache, "store": c.FromStore, "not_found": c.NotFound} {
 		if n > 0 {
@@ -121,3 +129,12 @@ func (r *Requests) RecordItems(ctx context.Context, method string, c posts.Count
 }
 
 func shortMethod(full string) string { return full[strings.LastIndexByte(full, '/')+1:] }
+
+// serviceOf is the service of a full method, "" when it names none.
+func serviceOf(full string) string {
+	svc, _, ok := strings.Cut(strings.TrimPrefix(full, "/"), "/")
+	if !ok {
+		return ""
+	}
+	return svc
+}

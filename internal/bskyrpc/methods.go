@@ -1,0 +1,150 @@
+package bskyrpc
+
+import (
+	"context"
+
+	"github.com/sluice-dev/sluice/api/bsky"
+)
+
+// The served methods, one line of translation each over records.
+
+// GetPostRecords answers posts with their meta, both aligned with the
+// request.
+func (s *Service) GetPostRecords(ctx context.Context, req *bsky.GetPostRecordsRequest) (*bsky.GetPostRecordsResponse, error) {
+	recs, err := s.records(ctx, "GetPostRecords", req.GetUris())
+	if err != nil {
+		return nil, err
+	}
+	meta := make([]*bsky.PostRecordMeta, len(recs))
+	for i, r := range recs {
+		meta[i] = PostMeta(r.GetRecord())
+	}
+	return &bsky.GetPostRecordsResponse{Records: recs, Meta: meta}, nil
+}
+
+// GetBlockRecords answers app.bsky.graph.block records.
+func (s *Service) GetBlockRecords(ctx context.Context, req *bsky.GetBlockRecordsRequest) (*bsky.GetBlockRecordsResponse, error) {
+	recs, err := s.records(ctx, "GetBlockRecords", req.GetUris())
+	if err != nil {
+		return nil, err
+	}
+	return &bsky.GetBlockRecordsResponse{Records: recs}, nil
+}
+
+// GetFeedGeneratorRecords answers app.bsky.feed.generator records.
+func (s *Service) GetFeedGeneratorRecords(ctx context.Context, req *bsky.GetFeedGeneratorRecordsRequest) (*bsky.GetFeedGeneratorRecordsResponse, error) {
+	recs, err := s.records(ctx, "GetFeedGeneratorRecords", req.GetUris())
+	if err != nil {
+		return nil, err
+	}
+	return &bsky.GetFeedGeneratorRecordsResponse{Records: recs}, nil
+}
+
+// GetFollowRecords answers app.bsky.graph.follow records.
+func (s *Service) GetFollowRecords(ctx context.Context, req *bsky.GetFollowRecordsRequest) (*bsky.GetFollowRecordsResponse, error) {
+	recs, err := s.records(ctx, "GetFollowRecords", req.GetUris())
+	if err != nil {
+		return nil, err
+	}
+	return &bsky.GetFollowRecordsResponse{Records: recs}, nil
+}
+
+// GetLikeRecords answers app.bsky.feed.like records.
+func (s *Service) GetLikeRecords(ctx context.Context, req *bsky.GetLikeRecordsRequest) (*bsky.GetLikeRecordsResponse, error) {
+	recs, err := s.records(ctx, "GetLikeRecords", req.GetUris())
+	if err != nil {
+		return nil, err
+	}
+	return &bsky.GetLikeRecordsResponse{Records: recs}, nil
+}
+
+// GetListBlockRecords answers app.bsky.graph.listblock records.
+func (s *Service) GetListBlockRecords(ctx context.Context, req *bsky.GetListBlockRecordsRequest) (*bsky.GetListBlockRecordsResponse, error) {
+	recs, err := s.records(ctx, "GetListBlockRecords", req.GetUris())
+	if err != nil {
+		return nil, err
+	}
+	return &bsky.GetListBlockRecordsResponse{Records: recs}, nil
+}
+
+// GetListItemRecords answers app.bsky.graph.listitem records.
+func (s *Service) GetListItemRecords(ctx context.Context, req *bsky.GetListItemRecordsRequest) (*bsky.GetListItemRecordsResponse, error) {
+	recs, err := s.records(ctx, "GetListItemRecords", req.GetUris())
+	if err != nil {
+		return nil, err
+	}
+	return &bsky.GetListItemRecordsResponse{Records: recs}, nil
+}
+
+// GetListRecords answers app.bsky.graph.list records.
+func (s *Service) GetListRecords(ctx context.Context, req *bsky.GetListRecordsRequest) (*bsky.GetListRecordsResponse, error) {
+	recs, err := s.records(ctx, "GetListRecords", req.GetUris())
+	if err != nil {
+		return nil, err
+	}
+	return &bsky.GetListRecordsResponse{Records: recs}, nil
+}
+
+// GetProfileRecords answers app.bsky.actor.profile records.
+func (s *Service) GetProfileRecords(ctx context.Context, req *bsky.GetProfileRecordsRequest) (*bsky.GetProfileRecordsResponse, error) {
+	recs, err := s.records(ctx, "GetProfileRecords", req.GetUris())
+	if err != nil {
+		return nil, err
+	}
+	return &bsky.GetProfileRecordsResponse{Records: recs}, nil
+}
+
+// GetRepostRecords answers app.bsky.feed.repost records.
+func (s *Service) GetRepostRecords(ctx context.Context, req *bsky.GetRepostRecordsRequest) (*bsky.GetRepostRecordsResponse, error) {
+	recs, err := s.records(ctx, "GetRepostRecords", req.GetUris())
+	if err != nil {
+		return nil, err
+	}
+	return &bsky.GetRepostRecordsResponse{Records: recs}, nil
+}
+
+// GetThreadGateRecords answers app.bsky.feed.threadgate records.
+func (s *Service) GetThreadGateRecords(ctx context.Context, req *bsky.GetThreadGateRecordsRequest) (*bsky.GetThreadGateRecordsResponse, error) {
+	recs, err := s.records(ctx, "GetThreadGateRecords", req.GetUris())
+	if err != nil {
+		return nil, err
+	}
+	return &bsky.GetThreadGateRecordsResponse{Records: recs}, nil
+}
+
+// GetPostgateRecords answers app.bsky.feed.postgate records.
+func (s *Service) GetPostgateRecords(ctx context.Context, req *bsky.GetPostgateRecordsRequest) (*bsky.GetPostgateRecordsResponse, error) {
+	recs, err := s.records(ctx, "GetPostgateRecords", req.GetUris())
+	if err != nil {
+		return nil, err
+	}
+	return &bsky.GetPostgateRecordsResponse{Records: recs}, nil
+}
+
+// GetLabelerRecords answers app.bsky.labeler.service records.
+func (s *Service) GetLabelerRecords(ctx context.Context, req *bsky.GetLabelerRecordsRequest) (*bsky.GetLabelerRecordsResponse, error) {
+	recs, err := s.records(ctx, "GetLabelerRecords", req.GetUris())
+	if err != nil {
+		return nil, err
+	}
+	return &bsky.GetLabelerRecordsResponse{Records: recs}, nil
+}
+
+// GetActorChatDeclarationRecords answers chat.bsky.actor.declaration
+// records.
+func (s *Service) GetActorChatDeclarationRecords(ctx context.Context, req *bsky.GetActorChatDeclarationRecordsRequest) (*bsky.GetActorChatDeclarationRecordsResponse, error) {
+	recs, err := s.records(ctx, "GetActorChatDeclarationRecords", req.GetUris())
+	if err != nil {
+		return nil, err
+	}
+	return &bsky.GetActorChatDeclarationRecordsResponse{Records: recs}, nil
+}
+
+// GetStarterPackRecords answers app.bsky.graph.starterpack records.
+func (s *Service) GetStarterPackRecords(ctx context.Context, req *bsky.GetStarterPackRecordsRequest) (*bsky.GetStarterPackRecordsResponse, error) {
+	recs, err := s.records(ctx, "GetStarterPackRecords", req.GetUris())
+	if err != nil {
+		return nil, err
+	}
+	return &bsky.GetStarterPackRecordsResponse{Records: recs}, nil
+}
