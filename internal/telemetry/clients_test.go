@@ -90,11 +90,11 @@ func TestRejectionReasonsAreAFixedSet(t *testing.T) {
 	want := `
 # HELP sluice_rejections_total Requests refused before work started, by client, method and reason (shape, quota, overload, deadline).
 # TYPE sluice_rejections_total counter
-sluice_rejections_total{client="feed",method="GetPostRecords",reason="deadline"} 1
-sluice_rejections_total{client="feed",method="GetPostRecords",reason="other"} 1
-sluice_rejections_total{client="feed",method="GetPostRecords",reason="overload"} 0
-sluice_rejections_total{client="feed",method="GetPostRecords",reason="quota"} 0
-sluice_rejections_total{client="feed",method="GetPostRecords",reason="shape"} 0
+sluice_rejections_total{client="feed",method="GetPostRecords",reason="deadline",service="sluice.v1.PostRecords"} 1
+sluice_rejections_total{client="feed",method="GetPostRecords",reason="other",service="sluice.v1.PostRecords"} 1
+sluice_rejections_total{client="feed",method="GetPostRecords",reason="overload",service="sluice.v1.PostRecords"} 0
+sluice_rejections_total{client="feed",method="GetPostRecords",reason="quota",service="sluice.v1.PostRecords"} 0
+sluice_rejections_total{client="feed",method="GetPostRecords",reason="shape",service="sluice.v1.PostRecords"} 0
 `
 	if err := testutil.GatherAndCompare(tel.registry, strings.NewReader(want), "sluice_rejections_total"); err != nil {
 		t.Error(err)
@@ -102,9 +102,9 @@ sluice_rejections_total{client="feed",method="GetPostRecords",reason="shape"} 0
 	wantCodes := `
 # HELP sluice_requests_total Requests finished, by client, method and gRPC code.
 # TYPE sluice_requests_total counter
-sluice_requests_total{client="feed",code="DeadlineExceeded",method="GetPostRecords"} 1
-sluice_requests_total{client="feed",code="OK",method="GetPostRecords"} 1
-sluice_requests_total{client="feed",code="Unavailable",method="GetPostRecords"} 1
+sluice_requests_total{client="feed",code="DeadlineExceeded",method="GetPostRecords",service="sluice.v1.PostRecords"} 1
+sluice_requests_total{client="feed",code="OK",method="GetPostRecords",service="sluice.v1.PostRecords"} 1
+sluice_requests_total{client="feed",code="Unavailable",method="GetPostRecords",service="sluice.v1.PostRecords"} 1
 `
 	if err := testutil.GatherAndCompare(tel.registry, strings.NewReader(wantCodes), "sluice_requests_total"); err != nil {
 		t.Error(err)
