@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/guard/fanout"
@@ -82,11 +83,13 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 }
 
 // admit takes one request slot and cost item slots from the process-wide
-// caps, waiting until ctx ends.
+// caps, waiting until shortly before ctx's deadline.
 func (s *Server) admit(ctx context.Context, fullMethod string, cost int64) (release func(), reason string, err error) {
 	if ctx.Err() != nil {
 		return nil, ReasonDeadline, status.Errorf(codes.DeadlineExceeded, "%s: the deadline passed before the request could start", shortName(fullMethod))
 	}
+	ctx, cancel := admissionContext(ctx)
+	defer cancel()
 	if err := s.requests.Acquire(ctx, 1); err != nil {
 		return nil, ReasonOverload, overloaded(fullMethod, fmt.Sprintf("all %d request slots are busy", s.cfg.MaxInflightRequests))
 	}
@@ -100,6 +103,20 @@ func (s *Server) admit(ctx context.Context, fullMethod string, cost int64) (rele
 		s.items.Release(cost)
 		s.requests.Release(1)
 	}, "", nil
+}
+
+// admissionContext ends the wait for capacity a little before ctx's
+// deadline: a fifth of the time left, at most 100ms. The caller's deadline
+// starts before the server's, so a guard that waited to the very end would
+// always lose the race and the caller would see DeadlineExceeded, never
+// the Unavailable that says the server is at capacity.
+func admissionContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return context.WithCancel(ctx)
+	}
+	margin := min(time.Until(deadline)/5, 100*time.Millisecond)
+	return context.WithDeadline(ctx, deadline.Add(-margin))
 }
 
 func overloaded(fullMethod, why string) error {
@@ -124,8 +141,23 @@ func deadlineToStatus(ctx context.Context, err error) error {
 	return err
 }
 
+// streamServices are the services registered by New whose methods
+// stream (health Watch, reflection); they carry no item work.
+var streamServices = []string{
+	"/grpc.health.v1.Health/",
+	"/grpc.reflection.v1.ServerReflection/",
+	"/grpc.reflection.v1alpha.ServerReflection/",
+}
+
 func (s *Server) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	// Only health Watch and reflection stream; Register refuses streaming
-	// methods, so no item work can arrive here.
-	return handler(srv, ss)
+	// Register refuses streaming methods, so only health and reflection
+	// stream. Anything else arrives through a handler for unknown methods
+	// (grpc.UnknownServiceHandler passed in WithGRPCOptions) and has no
+	// policy, so it is not served.
+	for _, prefix := range streamServices {
+		if strings.HasPrefix(info.FullMethod, prefix) {
+			return handler(srv, ss)
+		}
+	}
+	return status.Errorf(codes.Unimplemented, "%s: no such method; only methods registered with a policy are served", info.FullMethod)
 }
