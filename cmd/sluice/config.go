@@ -7,7 +7,13 @@ import (
 	"github.com/sluice-dev/sluice/internal/app"
 )
 
-func parseServeFlags(args []string) (app.Config, error) {
+// serveFlags is what `sluice serve` was started with.
+type serveFlags struct {
+	cfg        app.Config
+	configPath string // "" when no --config was given
+}
+
+func parseServe(args []string) (serveFlags, error) {
 	def := app.DefaultConfig()
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	dataDir := fs.String("data-dir", def.DataDir, "directory of the embedded store")
@@ -15,21 +21,21 @@ func parseServeFlags(args []string) (app.Config, error) {
 	httpAddr := fs.String("http-addr", def.HTTPAddr, "admin HTTP listen address (/healthz, /readyz, /metrics, /debug/pprof/)")
 	memcached := fs.String("memcached", strings.Join(def.Cache.Servers, ","), "memcached servers, comma-separated host:port")
 	maxConns := fs.Int("memcached-max-conns", def.Cache.MaxConnsPerServer, "hard cap on connections (in use + idle) per memcached server")
-	configPath := fs.String("config", "", "YAML config file (policies per method, cache TTLs, client list)")
+	configPath := fs.String("config", "", "YAML config file (policies per method, cache TTLs, client list, admission budgets; SIGHUP reloads the budgets)")
 	drain := fs.Duration("drain-timeout", def.DrainTimeout, "how long SIGTERM waits for in-flight requests")
 	if err := fs.Parse(args); err != nil {
-		return app.Config{}, err
+		return serveFlags{}, err
 	}
 	cfg := def
 	if *configPath != "" {
 		if err := cfg.LoadFile(*configPath); err != nil {
-			return app.Config{}, err
+			return serveFlags{}, err
 		}
 	}
 	cfg.DataDir, cfg.GRPCAddr, cfg.HTTPAddr, cfg.DrainTimeout = *dataDir, *grpcAddr, *httpAddr, *drain
 	cfg.Cache.Servers = splitList(*memcached)
 	cfg.Cache.MaxConnsPerServer = *maxConns
-	return cfg, cfg.Validate()
+	return serveFlags{cfg: cfg, configPath: *configPath}, cfg.Validate()
 }
 
 func splitList(s string) []string {

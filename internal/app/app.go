@@ -87,7 +87,7 @@ func (a *App) build() error {
 		return err
 	}
 	a.Posts = posts.New(aturi.PostCollection, a.Cache, instrumented, posts.DefaultWriteLimits())
-	if err := a.Guard.Register(&sluicev1.PostRecords_ServiceDesc, rpc.NewPostRecords(a.Posts, requests)); err != nil {
+	if err := a.Guard.Register(&sluicev1.PostRecords_ServiceDesc, rpc.NewPostRecords(a.Posts, requests).WithLimits(a.Guard)); err != nil {
 		return err
 	}
 	a.Admin = admin.New(a.Telemetry.Handler())

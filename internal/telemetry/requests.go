@@ -44,7 +44,7 @@ func (t *Telemetry) NewRequests() (*Requests, error) {
 		return nil, err
 	}
 	if r.rejections, err = m.Int64Counter("sluice.rejections",
-		metric.WithDescription("Requests refused before work started, by client, method and reason (shape, overload, deadline).")); err != nil {
+		metric.WithDescription("Requests refused before work started, by client, method and reason (shape, quota, overload, deadline).")); err != nil {
 		return nil, err
 	}
 	if r.items, err = m.Int64Counter("sluice.items",
@@ -67,9 +67,14 @@ func (r *Requests) Rejected(ctx context.Context, req guard.Request, reason strin
 	set := r.attrs(req.Client, m)
 	r.batchSize.Record(ctx, int64(req.Items), metric.WithAttributeSet(set))
 	r.rejections.Add(ctx, 1, metric.WithAttributeSet(set), metric.WithAttributes(attribute.String("reason", reason)))
-	code := codes.InvalidArgument
-	if reason != guard.ReasonShape {
-		code = codes.Unavailable
+	code := codes.Unavailable
+	switch reason {
+	case guard.ReasonShape:
+		code = codes.InvalidArgument
+	case guard.ReasonQuota:
+		code = codes.ResourceExhausted
+	case guard.ReasonDeadline:
+		code = codes.DeadlineExceeded
 	}
 	r.requests.Add(ctx, 1, metric.WithAttributeSet(set), metric.WithAttributes(attribute.String("code", code.String())))
 }
