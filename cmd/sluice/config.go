@@ -22,6 +22,7 @@ func parseServe(args []string) (serveFlags, error) {
 	memcached := fs.String("memcached", strings.Join(def.Cache.Servers, ","), "memcached servers, comma-separated host:port")
 	maxConns := fs.Int("memcached-max-conns", def.Cache.MaxConnsPerServer, "hard cap on connections (in use + idle) per memcached server")
 	configPath := fs.String("config", "", "YAML config file (policies per method, cache TTLs, client list, admission budgets; SIGHUP reloads the budgets)")
+	storeDelay := fs.Duration("store-read-delay", 0, "add this latency to every store read, to rehearse a remote store's latency with the embedded one (load tests)")
 	drain := fs.Duration("drain-timeout", def.DrainTimeout, "how long SIGTERM waits for in-flight requests")
 	if err := fs.Parse(args); err != nil {
 		return serveFlags{}, err
@@ -35,6 +36,7 @@ func parseServe(args []string) (serveFlags, error) {
 	cfg.DataDir, cfg.GRPCAddr, cfg.HTTPAddr, cfg.DrainTimeout = *dataDir, *grpcAddr, *httpAddr, *drain
 	cfg.Cache.Servers = splitList(*memcached)
 	cfg.Cache.MaxConnsPerServer = *maxConns
+	cfg.StoreReadDelay = *storeDelay
 	return serveFlags{cfg: cfg, configPath: *configPath}, cfg.Validate()
 }
 

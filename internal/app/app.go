@@ -64,6 +64,9 @@ func (a *App) build() error {
 		return err
 	}
 	a.Store, a.closers = st, append(a.closers, st.Close)
+	if a.cfg.StoreReadDelay > 0 {
+		a.Store = delayedStore{Store: st, delay: a.cfg.StoreReadDelay}
+	}
 	if a.Cache, err = cache.New(a.cfg.Cache); err != nil {
 		return err
 	}

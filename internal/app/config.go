@@ -45,9 +45,12 @@ type Config struct {
 	GRPCAddr     string
 	HTTPAddr     string
 	DrainTimeout time.Duration
-	Guard        guard.Config
-	Cache        cache.Config
-	Telemetry    telemetry.Config
+	// StoreReadDelay, when positive, is added to every store read to
+	// rehearse a remote store's latency with the embedded one.
+	StoreReadDelay time.Duration
+	Guard          guard.Config
+	Cache          cache.Config
+	Telemetry      telemetry.Config
 }
 
 // DefaultConfig returns the defaults of every component, with the
