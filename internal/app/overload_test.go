@@ -100,7 +100,7 @@ func (l *normalLoad) finish() {
 // The incident: normal callers with 1–50-URI batches, and a bulk caller
 // that needs 20,000 records per call.
 const (
-	bulkRate      = 10_000 // the bulk client's items/s
+	bulkRate      = 5_000 // the bulk client's items/s
 	bulkPerCall   = 20_000
 	normalClients = 6
 	normalEvery   = 20 * time.Millisecond // 50 requests/s per normal client
@@ -116,7 +116,7 @@ func TestIncidentMix(t *testing.T) {
 	ts := startServer(t, bulkPerCall+1000, func(c *Config) {
 		c.Guard.Admission = budget.Config{
 			Default: budget.Budget{ItemsPerSecond: 50_000, Burst: 5_000, MaxInflightItems: 5_000},
-			Clients: map[string]budget.Budget{"bulk": {ItemsPerSecond: bulkRate, Burst: 1_000, MaxInflightItems: 2_000}},
+			Clients: map[string]budget.Budget{"bulk": {ItemsPerSecond: bulkRate, Burst: 1_000, MaxInflightItems: 2_000}, "warmup": unlimited},
 		}
 	})
 	ts.warm(1000)
@@ -198,7 +198,7 @@ func TestOverBudget(t *testing.T) {
 	ts := startServer(t, 3000, func(c *Config) {
 		c.Guard.Admission = budget.Config{
 			Default: budget.Budget{ItemsPerSecond: 100, Burst: 1_500, MaxInflightItems: 5_000},
-			Clients: map[string]budget.Budget{"tiny": {ItemsPerSecond: 100, Burst: 100, MaxInflightItems: 100}},
+			Clients: map[string]budget.Budget{"tiny": {ItemsPerSecond: 100, Burst: 100, MaxInflightItems: 100}, "warmup": unlimited},
 		}
 	})
 	if _, err := ts.client.GetPostRecords(ts.ctx("tiny"), &sluicev1.GetPostRecordsRequest{Uris: ts.uris(0, 100)}); err != nil {

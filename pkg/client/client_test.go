@@ -126,18 +126,18 @@ func TestPacedToBudget(t *testing.T) {
 // another caller with the same name drains the server-side bucket, the
 // client's chunk is refused, waits as advised and succeeds.
 func TestRetriesAfterRetryInfo(t *testing.T) {
-	c, reader := dial(t, "paced", client.WithParallelism(1))
+	c, reader := dial(t, "retrier", client.WithParallelism(1))
 	conn, err := grpc.NewClient(server.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
 	raw := sluicev1.NewPostRecordsClient(conn)
-	ctx := metadata.AppendToOutgoingContext(testCtx(t), "x-client-id", "paced")
-	// Drain the server's bucket for "paced" until it refuses.
+	ctx := metadata.AppendToOutgoingContext(testCtx(t), "x-client-id", "retrier")
+	// Drain the server's bucket for "retrier" until it refuses.
 	var refused error
-	for range 20 {
-		if _, refused = raw.GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: server.uris[:250]}); refused != nil {
+	for range 100 {
+		if _, refused = raw.GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: server.uris[:10]}); refused != nil {
 			break
 		}
 	}

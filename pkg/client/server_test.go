@@ -34,6 +34,8 @@ var testBudgets = budget.Config{
 		// Bursts below the method's 1,000 make chunks of 250.
 		"paced": {ItemsPerSecond: 2_000, Burst: 250, MaxInflightItems: 1_000},
 		"pacer": {ItemsPerSecond: 2_000, Burst: 250, MaxInflightItems: 1_000},
+		// Slow to refill, so a drained bucket stays drained for seconds.
+		"retrier": {ItemsPerSecond: 100, Burst: 250, MaxInflightItems: 1_000},
 	},
 }
 
