@@ -7,7 +7,13 @@ import (
 	"github.com/sluice-dev/sluice/internal/app"
 )
 
-func parseServeFlags(args []string) (app.Config, error) {
+// serveFlags is what `sluice serve` was started with.
+type serveFlags struct {
+	cfg        app.Config
+	configPath string // "" when no --config was given
+}
+
+func parseServe(args []string) (serveFlags, error) {
 	def := app.DefaultConfig()
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	dataDir := fs.String("data-dir", def.DataDir, "directory of the embedded store")
@@ -15,17 +21,18 @@ func parseServeFlags(args []string) (app.Config, error) {
 	httpAddr := fs.String("http-addr", def.HTTPAddr, "admin HTTP listen address (/healthz, /readyz, /metrics, /debug/pprof/)")
 	memcached := fs.String("memcached", strings.Join(def.Cache.Servers, ","), "memcached servers, comma-separated host:port")
 	maxConns := fs.Int("memcached-max-conns", def.Cache.MaxConnsPerServer, "hard cap on connections (in use + idle) per memcached server")
-	configPath := fs.String("config", "", "YAML config file (policies per method, cache TTLs, client list)")
+	configPath := fs.String("config", "", "YAML config file (policies per method, cache TTLs, client list, admission budgets; SIGHUP reloads the budgets)")
+	storeDelay := fs.Duration("store-read-delay", 0, "add this latency to every store read, to rehearse a remote store's latency with the embedded one (load tests)")
 	drain := fs.Duration("drain-timeout", def.DrainTimeout, "how long SIGTERM waits for in-flight requests")
 	otlp := fs.String("otlp-endpoint", "", "OTLP/gRPC collector for traces (host:port, plaintext, or a URL); empty: tracing off")
 	ratio := fs.Float64("trace-sample-ratio", -1, "share of new traces sampled, 0 to 1 (default: the config file's, else 0.01)")
 	if err := fs.Parse(args); err != nil {
-		return app.Config{}, err
+		return serveFlags{}, err
 	}
 	cfg := def
 	if *configPath != "" {
 		if err := cfg.LoadFile(*configPath); err != nil {
-			return app.Config{}, err
+			return serveFlags{}, err
 		}
 	}
 	cfg.DataDir, cfg.GRPCAddr, cfg.HTTPAddr, cfg.DrainTimeout = *dataDir, *grpcAddr, *httpAddr, *drain
@@ -37,7 +44,8 @@ func parseServeFlags(args []string) (app.Config, error) {
 	if *ratio != -1 {
 		cfg.Telemetry.TraceSampleRatio = *ratio
 	}
-	return cfg, cfg.Validate()
+	cfg.StoreReadDelay = *storeDelay
+	return serveFlags{cfg: cfg, configPath: *configPath}, cfg.Validate()
 }
 
 func splitList(s string) []string {

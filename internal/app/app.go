@@ -87,6 +87,9 @@ func (a *App) build() error {
 		return err
 	}
 	a.Store, a.closers = st, append(a.closers, st.Close)
+	if a.cfg.StoreReadDelay > 0 {
+		a.Store = delayedStore{Store: st, delay: a.cfg.StoreReadDelay}
+	}
 	tp, err := a.tracerProvider()
 	if err != nil {
 		return err
@@ -116,7 +119,7 @@ func (a *App) build() error {
 	}
 	a.Posts = posts.New(aturi.PostCollection, a.Cache, instrumented, posts.DefaultWriteLimits(),
 		posts.WithTracerProvider(tp), posts.WithLogger(a.log))
-	if err := a.Guard.Register(&sluicev1.PostRecords_ServiceDesc, rpc.NewPostRecords(a.Posts, requests)); err != nil {
+	if err := a.Guard.Register(&sluicev1.PostRecords_ServiceDesc, rpc.NewPostRecords(a.Posts, requests).WithLimits(a.Guard)); err != nil {
 		return err
 	}
 	if err := a.registerBsky(instrumented, requests); err != nil {

@@ -5,12 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/bskyrpc"
 	"github.com/sluice-dev/sluice/internal/cache"
 	"github.com/sluice-dev/sluice/internal/guard"
+	"github.com/sluice-dev/sluice/internal/guard/budget"
 	"github.com/sluice-dev/sluice/internal/rpc"
 	"github.com/sluice-dev/sluice/internal/telemetry"
 	"gopkg.in/yaml.v3"
@@ -22,6 +24,7 @@ type fileConfig struct {
 	Guard     guard.Config     `yaml:"guard"`
 	Cache     cacheFile        `yaml:"cache"`
 	Telemetry telemetry.Config `yaml:"telemetry"`
+	Admission *budget.Config   `yaml:"admission"`
 }
 
 // cacheFile holds the cache settings a file may change; servers and the
@@ -43,9 +46,12 @@ type Config struct {
 	GRPCAddr     string
 	HTTPAddr     string
 	DrainTimeout time.Duration
-	Guard        guard.Config
-	Cache        cache.Config
-	Telemetry    telemetry.Config
+	// StoreReadDelay, when positive, is added to every store read to
+	// rehearse a remote store's latency with the embedded one.
+	StoreReadDelay time.Duration
+	Guard          guard.Config
+	Cache          cache.Config
+	Telemetry      telemetry.Config
 }
 
 // DefaultConfig returns the defaults of every component, with the
@@ -71,20 +77,59 @@ func DefaultConfig() Config {
 
 // LoadFile overlays the YAML file at path on c.
 func (c *Config) LoadFile(path string) error {
-	raw, err := os.ReadFile(path)
+	f, err := parseFile(path)
 	if err != nil {
-		return fmt.Errorf("config: %w", err)
-	}
-	var f fileConfig
-	dec := yaml.NewDecoder(bytes.NewReader(raw))
-	dec.KnownFields(true)
-	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
-		return fmt.Errorf("config %s: %w", path, err)
+		return err
 	}
 	c.Guard = c.Guard.Merge(f.Guard)
+	c.Guard.Admission = f.admission()
 	c.Cache = overlayCache(c.Cache, f.Cache)
 	c.Telemetry = c.Telemetry.Merge(f.Telemetry)
 	return nil
+}
+
+// parseFile reads the YAML file at path, refusing unknown keys.
+func parseFile(path string) (fileConfig, error) {
+	var f fileConfig
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return f, fmt.Errorf("config: %w", err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	dec.KnownFields(true)
+	if err := dec.Decode(&f); err != nil && !errors.Is(err, io.EOF) {
+		return f, fmt.Errorf("config %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// LoadAdmission reads only the admission section of the config file at
+// path, for a reload: the default budgets when the file has none, an
+// error when the file does not parse or a budget is invalid.
+func LoadAdmission(path string) (budget.Config, error) {
+	f, err := parseFile(path)
+	if err != nil {
+		return budget.Config{}, err
+	}
+	cfg := f.admission()
+	if err := cfg.Validate(); err != nil {
+		return budget.Config{}, fmt.Errorf("config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// admission returns the file's budgets: the built-in default budget
+// where the file names none, plus the file's named clients.
+func (f fileConfig) admission() budget.Config {
+	cfg := budget.DefaultConfig()
+	if f.Admission == nil {
+		return cfg
+	}
+	if f.Admission.Default != (budget.Budget{}) {
+		cfg.Default = f.Admission.Default
+	}
+	maps.Copy(cfg.Clients, f.Admission.Clients)
+	return cfg
 }
 
 func overlayCache(c cache.Config, f cacheFile) cache.Config {

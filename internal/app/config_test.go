@@ -25,6 +25,15 @@ func TestExampleConfigLoads(t *testing.T) {
 	if len(cfg.Telemetry.Clients) == 0 {
 		t.Error("example lists no clients")
 	}
+	if b := cfg.Guard.Admission.For("bulk"); b.ItemsPerSecond != 2000 || b.Burst != 2000 {
+		t.Errorf("bulk budget = %+v", b)
+	}
+	if b := cfg.Guard.Admission.For("unknown"); b.Burst != 5000 {
+		t.Errorf("default budget = %+v", b)
+	}
+	if cfg.Guard.QueueTarget != 5*time.Millisecond || cfg.Guard.QueueInterval != 100*time.Millisecond {
+		t.Errorf("queue target %v interval %v", cfg.Guard.QueueTarget, cfg.Guard.QueueInterval)
+	}
 }
 
 func TestConfigErrors(t *testing.T) {
@@ -34,6 +43,8 @@ func TestConfigErrors(t *testing.T) {
 		{name: "unknown key", yaml: "guard:\n  max_inflight_itemz: 5\n", want: "max_inflight_itemz"},
 		{name: "zero concurrency", yaml: "guard:\n  methods:\n    sluice.v1.PostRecords/GetPostRecords:\n      concurrency: -1\n", want: "sluice.v1.PostRecords/GetPostRecords: concurrency must be at least 1"},
 		{name: "batch over process cap", yaml: "guard:\n  max_inflight_items: 500\n", want: "max_items 1000 exceeds max_inflight_items 500"},
+		{name: "bad budget", yaml: "admission:\n  clients:\n    bulk: {items_per_second: 0, burst: 1, max_inflight_items: 1}\n", want: `admission: client "bulk": items_per_second must be a positive number`},
+		{name: "queue target over interval", yaml: "guard:\n  queue_target: 1s\n", want: "target 1s must not exceed interval 100ms"},
 		{name: "tombstone too short", yaml: "cache:\n  tombstone_ttl: 1s\n", want: "tombstone_ttl 1s must exceed the longest method timeout 2s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

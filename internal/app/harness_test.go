@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
+	"github.com/sluice-dev/sluice/internal/guard/budget"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/synth"
 	"github.com/sluice-dev/sluice/internal/testenv"
@@ -29,6 +30,9 @@ func TestMain(m *testing.M) {
 }
 
 const defaultTestTimeout = 60 * time.Second
+
+// unlimited is a budget no test client reaches.
+var unlimited = budget.Budget{ItemsPerSecond: 1e9, Burst: 1e9, MaxInflightItems: 1e9}
 
 // testServer is a real sluice — embedded store, real memcached, gRPC and
 // admin HTTP on loopback — built through New, as `sluice serve` builds it.
@@ -76,6 +80,9 @@ func startServer(t *testing.T, nPosts int, mutate func(*Config), options ...serv
 	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Cache.Servers = []string{mc.Addr()}
 	cfg.DrainTimeout = 2 * time.Second
+	// The load generators and the warm-up are one caller each driving the
+	// whole server; budgets are tested on their own.
+	cfg.Guard.Admission.Clients = map[string]budget.Budget{"load": unlimited, "warmup": unlimited}
 	if mutate != nil {
 		mutate(&cfg)
 	}

@@ -11,10 +11,17 @@
 //     empty batches, URI length — and answers InvalidArgument with a
 //     google.rpc.BadRequest detail that names the limit;
 //  3. applies the policy's timeout;
-//  4. admits the request against two process-wide caps, in-flight requests
-//     and in-flight items (a batch of n URIs costs n), waiting at most
-//     until the deadline and answering Unavailable when none is left;
-//  5. puts the policy's concurrency into the context, so that the
+//  4. refuses, with DeadlineExceeded, a request whose remaining deadline
+//     is shorter than the service time recent requests of its size took;
+//  5. charges the caller's budget (package budget) for the request's
+//     items (a batch of n URIs costs n), answering ResourceExhausted with
+//     a google.rpc.RetryInfo at once when it is over;
+//  6. admits the request against two process-wide caps, in-flight
+//     requests and in-flight items; waiting for items goes through a
+//     bounded queue with controlled delay and adaptive LIFO (package
+//     queue), and a request shed there gets Unavailable with RetryInfo.
+//     The metadata x-criticality: batch marks work to shed first;
+//  7. puts the policy's concurrency into the context, so that the
 //     handler's fan-outs (package fanout) run at most that many tasks.
 //
 // The health service and server reflection are registered here too, so no
@@ -32,7 +39,10 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"time"
 
+	"github.com/sluice-dev/sluice/internal/guard/budget"
+	"github.com/sluice-dev/sluice/internal/guard/queue"
 	"golang.org/x/sync/semaphore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -48,8 +58,10 @@ type Server struct {
 	grpc     *grpc.Server
 	health   *health.Server
 	methods  map[string]*method // by full method, "/pkg.Svc/M"
-	items    *semaphore.Weighted
+	items    *queue.Queue
 	requests *semaphore.Weighted
+	budgets  *budget.Budgets
+	service  *estimates
 	observer Observer
 	services []string
 
@@ -82,11 +94,21 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	items, err := queue.New(cfg.queueConfig(), nil)
+	if err != nil {
+		return nil, err
+	}
+	budgets, err := budget.New(cfg.Admission)
+	if err != nil {
+		return nil, err
+	}
 	s := &Server{
 		cfg:      cfg,
 		methods:  map[string]*method{},
-		items:    semaphore.NewWeighted(cfg.MaxInflightItems),
+		items:    items,
 		requests: semaphore.NewWeighted(cfg.MaxInflightRequests),
+		budgets:  budgets,
+		service:  newEstimates(),
 		observer: nopObserver{},
 		health:   health.NewServer(),
 	}
@@ -209,3 +231,25 @@ func (s *Server) Drain(ctx context.Context) {
 
 // InflightItems reports how many items are admitted right now.
 func (s *Server) InflightItems() int64 { return s.inflightItems.Load() }
+
+// SetBudgets replaces the per-client budgets while serving; requests in
+// flight keep what they were charged. An invalid cfg changes nothing.
+func (s *Server) SetBudgets(cfg budget.Config) error {
+	return s.budgets.SetConfig(cfg, time.Now())
+}
+
+// Budget returns the budget in force for a client name.
+func (s *Server) Budget(client string) budget.Budget { return s.budgets.For(client) }
+
+// Policies returns the policy of every registered method, by
+// "pkg.Svc/M" name.
+func (s *Server) Policies() map[string]Policy {
+	out := make(map[string]Policy, len(s.methods))
+	for full, m := range s.methods {
+		out[methodName(full)] = m.policy
+	}
+	return out
+}
+
+// QueueStats reports the item queue's state.
+func (s *Server) QueueStats() queue.Stats { return s.items.Stats() }

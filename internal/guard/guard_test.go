@@ -36,6 +36,7 @@ const (
 	getOne  = "sluice.v1.PostRecords/GetPostRecord"
 	put     = "sluice.v1.PostRecords/PutPostRecords"
 	del     = "sluice.v1.PostRecords/DeletePostRecords"
+	limits  = "sluice.v1.PostRecords/GetLimits"
 )
 
 // testConfig has a policy for every PostRecords method: batches of up to
@@ -44,7 +45,7 @@ func testConfig() guard.Config {
 	batch := guard.Policy{MaxItems: 1000, MaxURILength: 512, Concurrency: 50, Timeout: 5 * time.Second}
 	single := guard.Policy{MaxItems: 1, MaxURILength: 512, Concurrency: 1, Timeout: 5 * time.Second}
 	cfg := guard.DefaultConfig()
-	cfg.Methods = map[string]guard.Policy{getMany: batch, getOne: single, put: batch, del: batch}
+	cfg.Methods = map[string]guard.Policy{getMany: batch, getOne: single, put: batch, del: batch, limits: single}
 	return cfg
 }
 

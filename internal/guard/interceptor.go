@@ -7,12 +7,17 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/guard/budget"
 	"github.com/sluice-dev/sluice/internal/guard/fanout"
+	"github.com/sluice-dev/sluice/internal/guard/queue"
 	"github.com/sluice-dev/sluice/internal/identity"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // Rejection reasons reported to the Observer; a fixed set, so metrics
@@ -20,8 +25,8 @@ import (
 const (
 	ReasonShape    = "shape"    // the request broke its method's shape limits
 	ReasonOverload = "overload" // no process-wide capacity before the deadline
-	ReasonDeadline = "deadline" // the deadline had passed before work could start
-	ReasonQuota    = "quota"    // reserved: the caller's own admission quota is spent
+	ReasonDeadline = "deadline" // too little of the deadline was left to do the work
+	ReasonQuota    = "quota"    // the client was over its budget
 )
 
 // Request describes one guarded request to an Observer.
@@ -68,41 +73,73 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 		}
 	}
 
+	batch, err := criticality(ctx)
+	if err != nil {
+		s.observer.Rejected(ctx, r, ReasonShape)
+		return nil, err
+	}
 	ctx, cancel := context.WithTimeout(ctx, m.policy.Timeout)
 	defer cancel()
-	release, reason, err := s.admit(ctx, info.FullMethod, int64(max(r.Items, 1)))
+	cost := int64(max(r.Items, 1))
+	release, reason, err := s.admit(ctx, info.FullMethod, client, cost, batch)
 	if err != nil {
 		s.observer.Rejected(ctx, r, reason)
 		return nil, err
 	}
 	defer release()
 
+	began := time.Now()
 	resp, err := handler(fanout.WithLimit(ctx, m.policy.Concurrency), req)
 	err = deadlineToStatus(ctx, err)
+	if err == nil {
+		s.service.observe(info.FullMethod, cost, time.Since(began))
+	}
 	s.observer.Finished(ctx, r, status.Code(err), time.Since(start))
 	return resp, err
 }
 
-// admit takes one request slot and cost item slots from the process-wide
-// caps, waiting until shortly before ctx's deadline.
-func (s *Server) admit(ctx context.Context, fullMethod string, cost int64) (release func(), reason string, err error) {
-	if ctx.Err() != nil {
-		return nil, ReasonDeadline, status.Errorf(codes.DeadlineExceeded, "%s: the deadline passed before the request could start", shortName(fullMethod))
+// admit runs the checks that precede any work, cheapest refusal first:
+// the deadline against the expected service time, the client's budget,
+// then the process-wide request slots and item queue.
+func (s *Server) admit(ctx context.Context, fullMethod, client string, cost int64, batch bool) (release func(), reason string, err error) {
+	name := shortName(fullMethod)
+	deadline, _ := ctx.Deadline()
+	expected := s.service.expect(fullMethod, cost)
+	if left := time.Until(deadline); ctx.Err() != nil || left < expected {
+		return nil, ReasonDeadline, status.Errorf(codes.DeadlineExceeded,
+			"%s: %v of deadline left, shorter than the %v that requests of %d items take now; send a longer deadline or a smaller batch",
+			name, max(left, 0).Round(time.Microsecond), expected.Round(time.Microsecond), cost)
+	}
+	spent, refusal := s.budgets.Charge(client, cost, time.Now())
+	if refusal != nil {
+		return nil, ReasonQuota, overBudget(name, refusal, max(refusal.RetryAfter, expected, minRetryDelay))
 	}
 	ctx, cancel := admissionContext(ctx)
 	defer cancel()
 	if err := s.requests.Acquire(ctx, 1); err != nil {
-		return nil, ReasonOverload, overloaded(fullMethod, fmt.Sprintf("all %d request slots are busy", s.cfg.MaxInflightRequests))
+		spent()
+		return nil, ReasonOverload, overloaded(name, fmt.Sprintf("all %d request slots stayed busy", s.cfg.MaxInflightRequests), s.cfg.QueueInterval)
 	}
-	if err := s.items.Acquire(ctx, cost); err != nil {
+	waitUntil, _ := ctx.Deadline()
+	startBy := deadline.Add(-expected)
+	if waitUntil.Before(startBy) {
+		startBy = waitUntil
+	}
+	items, err := s.items.Acquire(ctx, queue.Request{Cost: cost, Batch: batch, StartBy: startBy})
+	if err != nil {
 		s.requests.Release(1)
-		return nil, ReasonOverload, overloaded(fullMethod, fmt.Sprintf("%d items are needed and the process-wide cap of %d in-flight items stayed full", cost, s.cfg.MaxInflightItems))
+		spent()
+		if ctx.Err() != nil && !errors.Is(err, queue.ErrShed) {
+			return nil, ReasonDeadline, status.Errorf(codes.DeadlineExceeded, "%s: the deadline passed while waiting for capacity", name)
+		}
+		return nil, ReasonOverload, overloaded(name, fmt.Sprintf("%d items were needed and the process-wide cap of %d in-flight items stayed full (%v)", cost, s.cfg.MaxInflightItems, err), s.cfg.QueueInterval)
 	}
 	s.inflightItems.Add(cost)
 	return func() {
 		s.inflightItems.Add(-cost)
-		s.items.Release(cost)
+		items()
 		s.requests.Release(1)
+		spent()
 	}, "", nil
 }
 
@@ -120,8 +157,59 @@ func admissionContext(ctx context.Context) (context.Context, context.CancelFunc)
 	return context.WithDeadline(ctx, deadline.Add(-margin))
 }
 
-func overloaded(fullMethod, why string) error {
-	return status.Errorf(codes.Unavailable, "%s: server at capacity until the deadline: %s; retry with backoff or send smaller batches", shortName(fullMethod), why)
+// minRetryDelay is the shortest wait a refusal advises.
+const minRetryDelay = 10 * time.Millisecond
+
+func overloaded(name, why string, retry time.Duration) error {
+	msg := fmt.Sprintf("%s: server at capacity, request shed before any work: %s; retry after the advised delay with backoff, or send smaller batches", name, why)
+	return withRetryInfo(status.New(codes.Unavailable, msg), retry)
+}
+
+// overBudget is the ResourceExhausted answer to a client over its
+// budget. A request larger than the client's burst can never fit, so it
+// carries no RetryInfo.
+func overBudget(name string, r *budget.Refusal, retry time.Duration) error {
+	st := status.New(codes.ResourceExhausted, name+": over budget: "+r.Error())
+	violation := &errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{{
+		Subject:     "client:" + r.Client,
+		Description: r.Error(),
+	}}}
+	if d, err := st.WithDetails(violation); err == nil {
+		st = d
+	}
+	if r.Reason == budget.OverBurst {
+		return st.Err()
+	}
+	return withRetryInfo(st, retry)
+}
+
+// withRetryInfo adds a google.rpc.RetryInfo saying how long to wait.
+func withRetryInfo(st *status.Status, retry time.Duration) error {
+	d, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(retry)})
+	if err != nil {
+		return st.Err()
+	}
+	return d.Err()
+}
+
+// CriticalityKey is the metadata key by which a caller marks a request
+// "interactive" (the default) or "batch"; batch work is shed first.
+const CriticalityKey = "x-criticality"
+
+// criticality reports whether the request is batch work.
+func criticality(ctx context.Context) (batch bool, err error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	vals := md.Get(CriticalityKey)
+	if len(vals) == 0 {
+		return false, nil
+	}
+	switch strings.ToLower(strings.TrimSpace(vals[0])) {
+	case "", "interactive":
+		return false, nil
+	case "batch":
+		return true, nil
+	}
+	return false, InvalidArgument(CriticalityKey, fmt.Sprintf("metadata %s is %q; use interactive (the default) or batch", CriticalityKey, vals[0]))
 }
 
 // deadlineToStatus turns a bare context error from a handler into the

@@ -7,6 +7,9 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/sluice-dev/sluice/internal/guard/budget"
+	"github.com/sluice-dev/sluice/internal/guard/queue"
 )
 
 // Policy bounds one gRPC method. Every field must be positive: a zero
@@ -53,6 +56,19 @@ type Config struct {
 	// MaxRecvMsgBytes is the largest request message the transport
 	// decodes; larger ones are refused before they reach memory.
 	MaxRecvMsgBytes int `yaml:"max_recv_msg_bytes"`
+	// MaxQueuedRequests bounds the requests waiting for item capacity;
+	// an arrival that finds the queue full is shed at once.
+	MaxQueuedRequests int `yaml:"max_queued_requests"`
+	// QueueTarget is the longest wait for item capacity once the queue
+	// has stood (not emptied) for QueueInterval: CoDel's M.
+	QueueTarget time.Duration `yaml:"queue_target"`
+	// QueueInterval is CoDel's N: how long the queue must stay non-empty
+	// to count as standing, and the longest wait otherwise.
+	QueueInterval time.Duration `yaml:"queue_interval"`
+	// Admission holds the per-client budgets. It is not read from the
+	// guard section of the config file but from its own admission
+	// section, and can be replaced while serving (Server.SetBudgets).
+	Admission budget.Config `yaml:"-"`
 }
 
 // DefaultPolicy is the policy of a batch read or write method unless the
@@ -69,6 +85,10 @@ func DefaultConfig() Config {
 		MaxInflightItems:    20_000,
 		MaxInflightRequests: 1_024,
 		MaxRecvMsgBytes:     16 << 20,
+		MaxQueuedRequests:   1_024,
+		QueueTarget:         5 * time.Millisecond,
+		QueueInterval:       100 * time.Millisecond,
+		Admission:           budget.DefaultConfig(),
 	}
 }
 
@@ -84,6 +104,12 @@ func (c Config) Validate() error {
 	}
 	if c.MaxRecvMsgBytes < 1024 {
 		errs = append(errs, fmt.Errorf("guard: max_recv_msg_bytes must be at least 1024, got %d", c.MaxRecvMsgBytes))
+	}
+	if err := c.queueConfig().Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("guard: %w", err))
+	}
+	if err := c.Admission.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("guard: %w", err))
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.Methods)) {
 		p := c.Methods[name]
@@ -117,7 +143,21 @@ func (c Config) Merge(override Config) Config {
 	if override.MaxRecvMsgBytes != 0 {
 		out.MaxRecvMsgBytes = override.MaxRecvMsgBytes
 	}
+	if override.MaxQueuedRequests != 0 {
+		out.MaxQueuedRequests = override.MaxQueuedRequests
+	}
+	if override.QueueTarget != 0 {
+		out.QueueTarget = override.QueueTarget
+	}
+	if override.QueueInterval != 0 {
+		out.QueueInterval = override.QueueInterval
+	}
 	return out
+}
+
+// queueConfig is the item queue's share of the config.
+func (c Config) queueConfig() queue.Config {
+	return queue.Config{Capacity: c.MaxInflightItems, MaxWaiters: c.MaxQueuedRequests, Target: c.QueueTarget, Interval: c.QueueInterval}
 }
 
 func overlayPolicy(base, o Policy) Policy {

@@ -13,14 +13,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"math"
+	"slices"
 	"time"
 
 	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
 	"github.com/sluice-dev/sluice/internal/guard"
+	"github.com/sluice-dev/sluice/internal/guard/budget"
+	"github.com/sluice-dev/sluice/internal/identity"
 	"github.com/sluice-dev/sluice/internal/posts"
 	"github.com/sluice-dev/sluice/internal/store"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // ItemRecorder learns where each batch's answers came from (for metrics).
@@ -33,11 +39,18 @@ type nopRecorder struct{}
 
 func (nopRecorder) RecordItems(context.Context, string, posts.Counts) {}
 
+// Limits is what GetLimits reports; *guard.Server has it.
+type Limits interface {
+	Policies() map[string]guard.Policy
+	Budget(client string) budget.Budget
+}
+
 // PostRecords serves sluice.v1.PostRecords.
 type PostRecords struct {
 	sluicev1.UnimplementedPostRecordsServer
 	posts    *posts.Service
 	recorder ItemRecorder
+	limits   Limits
 }
 
 // NewPostRecords returns the service over p; rec may be nil.
@@ -59,7 +72,43 @@ func DefaultPolicies() map[string]guard.Policy {
 		svc + "/GetPostRecord":     single,
 		svc + "/PutPostRecords":    batch,
 		svc + "/DeletePostRecords": batch,
+		// GetLimits carries no URIs: it costs one item and has no shape.
+		svc + "/GetLimits": {MaxItems: 1, MaxURILength: batch.MaxURILength, Concurrency: 1, Timeout: time.Second},
 	}
+}
+
+// WithLimits makes GetLimits answer from l; without it GetLimits is
+// Unimplemented.
+func (s *PostRecords) WithLimits(l Limits) *PostRecords {
+	s.limits = l
+	return s
+}
+
+// GetLimits reports every method's shape limits and the caller's budget.
+func (s *PostRecords) GetLimits(ctx context.Context, _ *sluicev1.GetLimitsRequest) (*sluicev1.GetLimitsResponse, error) {
+	if s.limits == nil {
+		return nil, status.Error(codes.Unimplemented, "GetLimits: this server does not report its limits")
+	}
+	policies := s.limits.Policies()
+	resp := &sluicev1.GetLimitsResponse{}
+	for _, name := range slices.Sorted(maps.Keys(policies)) {
+		p := policies[name]
+		resp.Methods = append(resp.Methods, &sluicev1.MethodLimits{
+			Method:       name,
+			MaxItems:     uint32(p.MaxItems),
+			MaxUriLength: uint32(p.MaxURILength),
+			Timeout:      durationpb.New(p.Timeout),
+		})
+	}
+	client := identity.Client(ctx)
+	b := s.limits.Budget(client)
+	resp.Budget = &sluicev1.ClientBudget{
+		Client:           client,
+		ItemsPerSecond:   b.ItemsPerSecond,
+		Burst:            uint32(b.Burst),
+		MaxInflightItems: uint32(min(b.MaxInflightItems, math.MaxUint32)),
+	}
+	return resp, nil
 }
 
 // GetPostRecords answers a batch, aligned with the request.

@@ -9,6 +9,7 @@ package sluicev1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	durationpb "google.golang.org/protobuf/types/known/durationpb"
 	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
@@ -418,11 +419,248 @@ func (x *DeletePostRecordsResponse) GetDeleted() uint32 {
 	return 0
 }
 
+type GetLimitsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetLimitsRequest) Reset() {
+	*x = GetLimitsRequest{}
+	mi := &file_sluice_v1_sluice_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetLimitsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetLimitsRequest) ProtoMessage() {}
+
+func (x *GetLimitsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_sluice_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetLimitsRequest.ProtoReflect.Descriptor instead.
+func (*GetLimitsRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{8}
+}
+
+type GetLimitsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// methods lists every guarded method's shape limits.
+	Methods []*MethodLimits `protobuf:"bytes,1,rep,name=methods,proto3" json:"methods,omitempty"`
+	// budget is the calling client's budget (the default budget when the
+	// caller sent no name or a name without a budget of its own).
+	Budget        *ClientBudget `protobuf:"bytes,2,opt,name=budget,proto3" json:"budget,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetLimitsResponse) Reset() {
+	*x = GetLimitsResponse{}
+	mi := &file_sluice_v1_sluice_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetLimitsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetLimitsResponse) ProtoMessage() {}
+
+func (x *GetLimitsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_sluice_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetLimitsResponse.ProtoReflect.Descriptor instead.
+func (*GetLimitsResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *GetLimitsResponse) GetMethods() []*MethodLimits {
+	if x != nil {
+		return x.Methods
+	}
+	return nil
+}
+
+func (x *GetLimitsResponse) GetBudget() *ClientBudget {
+	if x != nil {
+		return x.Budget
+	}
+	return nil
+}
+
+// MethodLimits is one method's policy as callers need it.
+type MethodLimits struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// method is "package.Service/Method", e.g. "sluice.v1.PostRecords/GetPostRecords".
+	Method string `protobuf:"bytes,1,opt,name=method,proto3" json:"method,omitempty"`
+	// max_items is the most URIs one request may carry.
+	MaxItems uint32 `protobuf:"varint,2,opt,name=max_items,json=maxItems,proto3" json:"max_items,omitempty"`
+	// max_uri_length is the longest URI accepted, in bytes.
+	MaxUriLength uint32 `protobuf:"varint,3,opt,name=max_uri_length,json=maxUriLength,proto3" json:"max_uri_length,omitempty"`
+	// timeout is the server's bound on one request.
+	Timeout       *durationpb.Duration `protobuf:"bytes,4,opt,name=timeout,proto3" json:"timeout,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MethodLimits) Reset() {
+	*x = MethodLimits{}
+	mi := &file_sluice_v1_sluice_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MethodLimits) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MethodLimits) ProtoMessage() {}
+
+func (x *MethodLimits) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_sluice_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MethodLimits.ProtoReflect.Descriptor instead.
+func (*MethodLimits) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *MethodLimits) GetMethod() string {
+	if x != nil {
+		return x.Method
+	}
+	return ""
+}
+
+func (x *MethodLimits) GetMaxItems() uint32 {
+	if x != nil {
+		return x.MaxItems
+	}
+	return 0
+}
+
+func (x *MethodLimits) GetMaxUriLength() uint32 {
+	if x != nil {
+		return x.MaxUriLength
+	}
+	return 0
+}
+
+func (x *MethodLimits) GetTimeout() *durationpb.Duration {
+	if x != nil {
+		return x.Timeout
+	}
+	return nil
+}
+
+// ClientBudget is what one client may spend; a batch of n URIs costs n.
+type ClientBudget struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// client is the caller's name as the server sees it.
+	Client string `protobuf:"bytes,1,opt,name=client,proto3" json:"client,omitempty"`
+	// items_per_second is the sustained rate of items admitted.
+	ItemsPerSecond float64 `protobuf:"fixed64,2,opt,name=items_per_second,json=itemsPerSecond,proto3" json:"items_per_second,omitempty"`
+	// burst is the most items admitted at once, and so the largest request.
+	Burst uint32 `protobuf:"varint,3,opt,name=burst,proto3" json:"burst,omitempty"`
+	// max_inflight_items bounds the client's items being worked on at once.
+	MaxInflightItems uint32 `protobuf:"varint,4,opt,name=max_inflight_items,json=maxInflightItems,proto3" json:"max_inflight_items,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *ClientBudget) Reset() {
+	*x = ClientBudget{}
+	mi := &file_sluice_v1_sluice_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClientBudget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClientBudget) ProtoMessage() {}
+
+func (x *ClientBudget) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_sluice_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClientBudget.ProtoReflect.Descriptor instead.
+func (*ClientBudget) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ClientBudget) GetClient() string {
+	if x != nil {
+		return x.Client
+	}
+	return ""
+}
+
+func (x *ClientBudget) GetItemsPerSecond() float64 {
+	if x != nil {
+		return x.ItemsPerSecond
+	}
+	return 0
+}
+
+func (x *ClientBudget) GetBurst() uint32 {
+	if x != nil {
+		return x.Burst
+	}
+	return 0
+}
+
+func (x *ClientBudget) GetMaxInflightItems() uint32 {
+	if x != nil {
+		return x.MaxInflightItems
+	}
+	return 0
+}
+
 var File_sluice_v1_sluice_proto protoreflect.FileDescriptor
 
 const file_sluice_v1_sluice_proto_rawDesc = "" +
 	"\n" +
-	"\x16sluice/v1/sluice.proto\x12\tsluice.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd4\x01\n" +
+	"\x16sluice/v1/sluice.proto\x12\tsluice.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd4\x01\n" +
 	"\n" +
 	"PostRecord\x12\x10\n" +
 	"\x03uri\x18\x01 \x01(\tR\x03uri\x12\x14\n" +
@@ -446,12 +684,27 @@ const file_sluice_v1_sluice_proto_rawDesc = "" +
 	"\x18DeletePostRecordsRequest\x12\x12\n" +
 	"\x04uris\x18\x01 \x03(\tR\x04uris\"5\n" +
 	"\x19DeletePostRecordsResponse\x12\x18\n" +
-	"\adeleted\x18\x01 \x01(\rR\adeleted2\xe4\x02\n" +
+	"\adeleted\x18\x01 \x01(\rR\adeleted\"\x12\n" +
+	"\x10GetLimitsRequest\"w\n" +
+	"\x11GetLimitsResponse\x121\n" +
+	"\amethods\x18\x01 \x03(\v2\x17.sluice.v1.MethodLimitsR\amethods\x12/\n" +
+	"\x06budget\x18\x02 \x01(\v2\x17.sluice.v1.ClientBudgetR\x06budget\"\x9e\x01\n" +
+	"\fMethodLimits\x12\x16\n" +
+	"\x06method\x18\x01 \x01(\tR\x06method\x12\x1b\n" +
+	"\tmax_items\x18\x02 \x01(\rR\bmaxItems\x12$\n" +
+	"\x0emax_uri_length\x18\x03 \x01(\rR\fmaxUriLength\x123\n" +
+	"\atimeout\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\atimeout\"\x94\x01\n" +
+	"\fClientBudget\x12\x16\n" +
+	"\x06client\x18\x01 \x01(\tR\x06client\x12(\n" +
+	"\x10items_per_second\x18\x02 \x01(\x01R\x0eitemsPerSecond\x12\x14\n" +
+	"\x05burst\x18\x03 \x01(\rR\x05burst\x12,\n" +
+	"\x12max_inflight_items\x18\x04 \x01(\rR\x10maxInflightItems2\xac\x03\n" +
 	"\vPostRecords\x12U\n" +
 	"\x0eGetPostRecords\x12 .sluice.v1.GetPostRecordsRequest\x1a!.sluice.v1.GetPostRecordsResponse\x12G\n" +
 	"\rGetPostRecord\x12\x1f.sluice.v1.GetPostRecordRequest\x1a\x15.sluice.v1.PostRecord\x12U\n" +
 	"\x0ePutPostRecords\x12 .sluice.v1.PutPostRecordsRequest\x1a!.sluice.v1.PutPostRecordsResponse\x12^\n" +
-	"\x11DeletePostRecords\x12#.sluice.v1.DeletePostRecordsRequest\x1a$.sluice.v1.DeletePostRecordsResponseB5Z3github.com/sluice-dev/sluice/api/sluice/v1;sluicev1b\x06proto3"
+	"\x11DeletePostRecords\x12#.sluice.v1.DeletePostRecordsRequest\x1a$.sluice.v1.DeletePostRecordsResponse\x12F\n" +
+	"\tGetLimits\x12\x1b.sluice.v1.GetLimitsRequest\x1a\x1c.sluice.v1.GetLimitsResponseB5Z3github.com/sluice-dev/sluice/api/sluice/v1;sluicev1b\x06proto3"
 
 var (
 	file_sluice_v1_sluice_proto_rawDescOnce sync.Once
@@ -465,7 +718,7 @@ func file_sluice_v1_sluice_proto_rawDescGZIP() []byte {
 	return file_sluice_v1_sluice_proto_rawDescData
 }
 
-var file_sluice_v1_sluice_proto_msgTypes = make([]protoimpl.MessageInfo, 8)
+var file_sluice_v1_sluice_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_sluice_v1_sluice_proto_goTypes = []any{
 	(*PostRecord)(nil),                // 0: sluice.v1.PostRecord
 	(*GetPostRecordsRequest)(nil),     // 1: sluice.v1.GetPostRecordsRequest
@@ -475,26 +728,36 @@ var file_sluice_v1_sluice_proto_goTypes = []any{
 	(*PutPostRecordsResponse)(nil),    // 5: sluice.v1.PutPostRecordsResponse
 	(*DeletePostRecordsRequest)(nil),  // 6: sluice.v1.DeletePostRecordsRequest
 	(*DeletePostRecordsResponse)(nil), // 7: sluice.v1.DeletePostRecordsResponse
-	(*timestamppb.Timestamp)(nil),     // 8: google.protobuf.Timestamp
+	(*GetLimitsRequest)(nil),          // 8: sluice.v1.GetLimitsRequest
+	(*GetLimitsResponse)(nil),         // 9: sluice.v1.GetLimitsResponse
+	(*MethodLimits)(nil),              // 10: sluice.v1.MethodLimits
+	(*ClientBudget)(nil),              // 11: sluice.v1.ClientBudget
+	(*timestamppb.Timestamp)(nil),     // 12: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 13: google.protobuf.Duration
 }
 var file_sluice_v1_sluice_proto_depIdxs = []int32{
-	8, // 0: sluice.v1.PostRecord.created_at:type_name -> google.protobuf.Timestamp
-	8, // 1: sluice.v1.PostRecord.indexed_at:type_name -> google.protobuf.Timestamp
-	0, // 2: sluice.v1.GetPostRecordsResponse.records:type_name -> sluice.v1.PostRecord
-	0, // 3: sluice.v1.PutPostRecordsRequest.records:type_name -> sluice.v1.PostRecord
-	1, // 4: sluice.v1.PostRecords.GetPostRecords:input_type -> sluice.v1.GetPostRecordsRequest
-	3, // 5: sluice.v1.PostRecords.GetPostRecord:input_type -> sluice.v1.GetPostRecordRequest
-	4, // 6: sluice.v1.PostRecords.PutPostRecords:input_type -> sluice.v1.PutPostRecordsRequest
-	6, // 7: sluice.v1.PostRecords.DeletePostRecords:input_type -> sluice.v1.DeletePostRecordsRequest
-	2, // 8: sluice.v1.PostRecords.GetPostRecords:output_type -> sluice.v1.GetPostRecordsResponse
-	0, // 9: sluice.v1.PostRecords.GetPostRecord:output_type -> sluice.v1.PostRecord
-	5, // 10: sluice.v1.PostRecords.PutPostRecords:output_type -> sluice.v1.PutPostRecordsResponse
-	7, // 11: sluice.v1.PostRecords.DeletePostRecords:output_type -> sluice.v1.DeletePostRecordsResponse
-	8, // [8:12] is the sub-list for method output_type
-	4, // [4:8] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	12, // 0: sluice.v1.PostRecord.created_at:type_name -> google.protobuf.Timestamp
+	12, // 1: sluice.v1.PostRecord.indexed_at:type_name -> google.protobuf.Timestamp
+	0,  // 2: sluice.v1.GetPostRecordsResponse.records:type_name -> sluice.v1.PostRecord
+	0,  // 3: sluice.v1.PutPostRecordsRequest.records:type_name -> sluice.v1.PostRecord
+	10, // 4: sluice.v1.GetLimitsResponse.methods:type_name -> sluice.v1.MethodLimits
+	11, // 5: sluice.v1.GetLimitsResponse.budget:type_name -> sluice.v1.ClientBudget
+	13, // 6: sluice.v1.MethodLimits.timeout:type_name -> google.protobuf.Duration
+	1,  // 7: sluice.v1.PostRecords.GetPostRecords:input_type -> sluice.v1.GetPostRecordsRequest
+	3,  // 8: sluice.v1.PostRecords.GetPostRecord:input_type -> sluice.v1.GetPostRecordRequest
+	4,  // 9: sluice.v1.PostRecords.PutPostRecords:input_type -> sluice.v1.PutPostRecordsRequest
+	6,  // 10: sluice.v1.PostRecords.DeletePostRecords:input_type -> sluice.v1.DeletePostRecordsRequest
+	8,  // 11: sluice.v1.PostRecords.GetLimits:input_type -> sluice.v1.GetLimitsRequest
+	2,  // 12: sluice.v1.PostRecords.GetPostRecords:output_type -> sluice.v1.GetPostRecordsResponse
+	0,  // 13: sluice.v1.PostRecords.GetPostRecord:output_type -> sluice.v1.PostRecord
+	5,  // 14: sluice.v1.PostRecords.PutPostRecords:output_type -> sluice.v1.PutPostRecordsResponse
+	7,  // 15: sluice.v1.PostRecords.DeletePostRecords:output_type -> sluice.v1.DeletePostRecordsResponse
+	9,  // 16: sluice.v1.PostRecords.GetLimits:output_type -> sluice.v1.GetLimitsResponse
+	12, // [12:17] is the sub-list for method output_type
+	7,  // [7:12] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_sluice_v1_sluice_proto_init() }
@@ -508,7 +771,7 @@ func file_sluice_v1_sluice_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_v1_sluice_proto_rawDesc), len(file_sluice_v1_sluice_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   8,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

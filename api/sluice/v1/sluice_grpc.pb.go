@@ -23,6 +23,7 @@ const (
 	PostRecords_GetPostRecord_FullMethodName     = "/sluice.v1.PostRecords/GetPostRecord"
 	PostRecords_PutPostRecords_FullMethodName    = "/sluice.v1.PostRecords/PutPostRecords"
 	PostRecords_DeletePostRecords_FullMethodName = "/sluice.v1.PostRecords/DeletePostRecords"
+	PostRecords_GetLimits_FullMethodName         = "/sluice.v1.PostRecords/GetLimits"
 )
 
 // PostRecordsClient is the client API for PostRecords service.
@@ -44,6 +45,9 @@ type PostRecordsClient interface {
 	// DeletePostRecords deletes records from the store, then invalidates
 	// their cache entries.
 	DeletePostRecords(ctx context.Context, in *DeletePostRecordsRequest, opts ...grpc.CallOption) (*DeletePostRecordsResponse, error)
+	// GetLimits returns the limits of every method and the caller's budget,
+	// so a client can split its batches to fit before sending them.
+	GetLimits(ctx context.Context, in *GetLimitsRequest, opts ...grpc.CallOption) (*GetLimitsResponse, error)
 }
 
 type postRecordsClient struct {
@@ -94,6 +98,16 @@ func (c *postRecordsClient) DeletePostRecords(ctx context.Context, in *DeletePos
 	return out, nil
 }
 
+func (c *postRecordsClient) GetLimits(ctx context.Context, in *GetLimitsRequest, opts ...grpc.CallOption) (*GetLimitsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetLimitsResponse)
+	err := c.cc.Invoke(ctx, PostRecords_GetLimits_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PostRecordsServer is the server API for PostRecords service.
 // All implementations must embed UnimplementedPostRecordsServer
 // for forward compatibility.
@@ -113,6 +127,9 @@ type PostRecordsServer interface {
 	// DeletePostRecords deletes records from the store, then invalidates
 	// their cache entries.
 	DeletePostRecords(context.Context, *DeletePostRecordsRequest) (*DeletePostRecordsResponse, error)
+	// GetLimits returns the limits of every method and the caller's budget,
+	// so a client can split its batches to fit before sending them.
+	GetLimits(context.Context, *GetLimitsRequest) (*GetLimitsResponse, error)
 	mustEmbedUnimplementedPostRecordsServer()
 }
 
@@ -134,6 +151,9 @@ func (UnimplementedPostRecordsServer) PutPostRecords(context.Context, *PutPostRe
 }
 func (UnimplementedPostRecordsServer) DeletePostRecords(context.Context, *DeletePostRecordsRequest) (*DeletePostRecordsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method DeletePostRecords not implemented")
+}
+func (UnimplementedPostRecordsServer) GetLimits(context.Context, *GetLimitsRequest) (*GetLimitsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetLimits not implemented")
 }
 func (UnimplementedPostRecordsServer) mustEmbedUnimplementedPostRecordsServer() {}
 func (UnimplementedPostRecordsServer) testEmbeddedByValue()                     {}
@@ -228,6 +248,24 @@ func _PostRecords_DeletePostRecords_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _PostRecords_GetLimits_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetLimitsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PostRecordsServer).GetLimits(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: PostRecords_GetLimits_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PostRecordsServer).GetLimits(ctx, req.(*GetLimitsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // PostRecords_ServiceDesc is the grpc.ServiceDesc for PostRecords service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -250,6 +288,10 @@ var PostRecords_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DeletePostRecords",
 			Handler:    _PostRecords_DeletePostRecords_Handler,
+		},
+		{
+			MethodName: "GetLimits",
+			Handler:    _PostRecords_GetLimits_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,407 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
+	"github.com/sluice-dev/sluice/internal/guard/budget"
+	"github.com/sluice-dev/sluice/pkg/client"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// latencies collects request durations from many goroutines.
+type latencies struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (l *latencies) add(d time.Duration) {
+	l.mu.Lock()
+	l.d = append(l.d, d)
+	l.mu.Unlock()
+}
+
+// quantile returns the q-quantile (0 < q ≤ 1) of the durations.
+func (l *latencies) quantile(q float64) time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.d) == 0 {
+		return 0
+	}
+	s := slices.Clone(l.d)
+	slices.Sort(s)
+	return s[min(len(s)-1, int(q*float64(len(s))))]
+}
+
+func (l *latencies) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.d)
+}
+
+// normalLoad is the everyday traffic of the incident: clients named
+// feed-0…, each sending a 1–50-URI batch every interval.
+type normalLoad struct {
+	lat    latencies
+	errors atomic.Int64
+	first  atomic.Value
+	stop   chan struct{}
+	wg     sync.WaitGroup
+}
+
+func startNormalLoad(ts *testServer, clients int, interval time.Duration) *normalLoad {
+	l := &normalLoad{stop: make(chan struct{})}
+	for c := range clients {
+		l.wg.Add(1)
+		go func() {
+			defer l.wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(c), 1))
+			ctx := ts.ctx(fmt.Sprintf("feed-%d", c))
+			tick := time.NewTicker(interval)
+			defer tick.Stop()
+			for {
+				select {
+				case <-l.stop:
+					return
+				case <-tick.C:
+				}
+				n := 1 + rng.IntN(50)
+				from := rng.IntN(len(ts.posts) - n)
+				start := time.Now()
+				resp, err := ts.client.GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: ts.uris(from, from+n)})
+				if err != nil || len(resp.GetRecords()) != n || !resp.GetRecords()[n-1].GetFound() {
+					l.errors.Add(1)
+					l.first.CompareAndSwap(nil, fmt.Sprintf("%v (%d records)", err, len(resp.GetRecords())))
+					continue
+				}
+				l.lat.add(time.Since(start))
+			}
+		}()
+	}
+	return l
+}
+
+func (l *normalLoad) finish() {
+	close(l.stop)
+	l.wg.Wait()
+}
+
+// The incident: normal callers with 1–50-URI batches, and a bulk caller
+// that needs 20,000 records per call.
+const (
+	bulkRate      = 5_000 // the bulk client's items/s
+	bulkPerCall   = 20_000
+	normalClients = 6
+	normalEvery   = 20 * time.Millisecond // 50 requests/s per normal client
+	p99Factor     = 3                     // bound: p99 with bulk ≤ 3× p99 without …
+	p99Slack      = 50 * time.Millisecond // … or without + 50ms, whichever is larger
+)
+
+// Tests the incident mix against a real sluice and memcached: the bulk
+// client, through pkg/client, gets every one of its 20,000 records per
+// call at its budget's pace; normal clients see no errors and their p99
+// stays within max(3× their p99 without the bulk client, +50ms).
+func TestIncidentMix(t *testing.T) {
+	ts := startServer(t, bulkPerCall+1000, func(c *Config) {
+		c.Guard.Admission = budget.Config{
+			Default: budget.Budget{ItemsPerSecond: 50_000, Burst: 5_000, MaxInflightItems: 5_000},
+			Clients: map[string]budget.Budget{"bulk": {ItemsPerSecond: bulkRate, Burst: 1_000, MaxInflightItems: 2_000}, "warmup": unlimited},
+		}
+	})
+	ts.warm(1000)
+
+	// A raw 20,000-URI request is still refused by shape, before budgets.
+	raw := make([]string, bulkPerCall)
+	for i := range raw {
+		raw[i] = ts.posts[i].URI
+	}
+	_, err := ts.client.GetPostRecords(ts.ctx("bulk"), &sluicev1.GetPostRecordsRequest{Uris: raw})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(status.Convert(err).Message(), "20000 uris exceeds the limit of 1000") {
+		t.Fatalf("raw 20,000-URI request: %v, want InvalidArgument naming the limit", err)
+	}
+
+	without := startNormalLoad(ts, normalClients, normalEvery)
+	time.Sleep(3 * time.Second)
+	without.finish()
+
+	bulk, err := client.Dial(ts.ctx("bulk"), ts.conn.Target(), "bulk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bulk.Close()
+	with := startNormalLoad(ts, normalClients, normalEvery)
+	var calls []time.Duration
+	for call := range 2 {
+		start := time.Now()
+		records, err := bulk.GetPostRecords(ts.ctx("bulk"), raw)
+		calls = append(calls, time.Since(start))
+		if err != nil {
+			with.finish()
+			t.Fatalf("bulk call %d: %v", call, err)
+		}
+		for i, r := range records {
+			if r.GetUri() != raw[i] || !r.GetFound() {
+				with.finish()
+				t.Fatalf("bulk call %d: records[%d] = %s found=%v, want %s", call, i, r.GetUri(), r.GetFound(), raw[i])
+			}
+		}
+	}
+	with.finish()
+
+	p99Without, p99With := without.lat.quantile(0.99), with.lat.quantile(0.99)
+	ratio := float64(p99With) / float64(p99Without)
+	bound := max(p99Factor*p99Without, p99Without+p99Slack)
+	pace := time.Duration(float64(bulkPerCall-1000) / bulkRate * float64(time.Second))
+	t.Logf("normal clients: %d requests without bulk, p50 %v p99 %v; %d requests with bulk, p50 %v p99 %v; p99 ratio %.2f (bound %v)",
+		without.lat.count(), without.lat.quantile(0.5), p99Without, with.lat.count(), with.lat.quantile(0.5), p99With, ratio, bound)
+	t.Logf("bulk client: %d records per call in %v (budget pace %d items/s: at least %v per call); limits %+v",
+		bulkPerCall, calls, bulkRate, pace, bulk.Limits())
+	if n := without.errors.Load() + with.errors.Load(); n != 0 {
+		t.Errorf("normal clients saw %d errors (first: %v), want 0", n, with.first.Load())
+	}
+	if p99With > bound {
+		t.Errorf("normal p99 with bulk %v exceeds the bound %v (p99 without bulk %v)", p99With, bound, p99Without)
+	}
+	for i, d := range calls {
+		if d < pace*9/10 || d > 4*pace {
+			t.Errorf("bulk call %d took %v; its budget's pace is about %v", i, d, pace)
+		}
+	}
+}
+
+// retryInfo returns the RetryInfo delay of err, if it has one.
+func retryInfo(err error) (time.Duration, bool) {
+	for _, d := range status.Convert(err).Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			return ri.GetRetryDelay().AsDuration(), true
+		}
+	}
+	return 0, false
+}
+
+// Tests that a client over its budget is refused at once with
+// ResourceExhausted, a RetryInfo and a message naming it and its budget;
+// that a client with no name gets the default budget; and that GetLimits
+// reports both.
+func TestOverBudget(t *testing.T) {
+	ts := startServer(t, 3000, func(c *Config) {
+		c.Guard.Admission = budget.Config{
+			Default: budget.Budget{ItemsPerSecond: 100, Burst: 1_500, MaxInflightItems: 5_000},
+			Clients: map[string]budget.Budget{"tiny": {ItemsPerSecond: 100, Burst: 100, MaxInflightItems: 100}, "warmup": unlimited},
+		}
+	})
+	if _, err := ts.client.GetPostRecords(ts.ctx("tiny"), &sluicev1.GetPostRecordsRequest{Uris: ts.uris(0, 100)}); err != nil {
+		t.Fatalf("a full burst: %v", err)
+	}
+	start := time.Now()
+	_, err := ts.client.GetPostRecords(ts.ctx("tiny"), &sluicev1.GetPostRecordsRequest{Uris: ts.uris(0, 50)})
+	took := time.Since(start)
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("over budget: %v, want ResourceExhausted", err)
+	}
+	delay, ok := retryInfo(err)
+	if !ok || delay < 300*time.Millisecond || delay > 600*time.Millisecond {
+		t.Errorf("RetryInfo %v (present %v), want about 500ms: 50 items at 100/s", delay, ok)
+	}
+	for _, want := range []string{`client "tiny"`, "100 items/s", "burst 100"} {
+		if !strings.Contains(status.Convert(err).Message(), want) {
+			t.Errorf("message %q lacks %q", status.Convert(err).Message(), want)
+		}
+	}
+	t.Logf("refusal after %v: %s (retry in %v)", took, status.Convert(err).Message(), delay)
+	if took > time.Second {
+		t.Errorf("the refusal took %v; it must come at once, not after queueing", took)
+	}
+	if n := sum(ts.metrics(), "sluice_rejections_total", map[string]string{"reason": "quota"}); n < 1 {
+		t.Errorf("sluice_rejections_total{reason=quota} = %v, want ≥ 1", n)
+	}
+
+	// No name: GetLimits and admission both use the default budget.
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	lim, err := ts.client.GetLimits(ctx, &sluicev1.GetLimitsRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := lim.GetBudget(); b.GetClient() != "unknown" || b.GetBurst() != 1500 || b.GetItemsPerSecond() != 100 {
+		t.Errorf("GetLimits without a name: %+v, want the default budget for unknown", b)
+	}
+	if !slices.ContainsFunc(lim.GetMethods(), func(m *sluicev1.MethodLimits) bool {
+		return m.GetMethod() == "sluice.v1.PostRecords/GetPostRecords" && m.GetMaxItems() == 1000 && m.GetMaxUriLength() == 512
+	}) {
+		t.Errorf("GetLimits methods %v lack GetPostRecords' limits", lim.GetMethods())
+	}
+	if _, err := ts.client.GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: ts.uris(0, 1000)}); err != nil {
+		t.Fatalf("unnamed, within the default burst: %v", err)
+	}
+	_, err = ts.client.GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: ts.uris(0, 1000)})
+	if status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), `client "unknown"`) {
+		t.Errorf("unnamed, over the default budget: %v, want ResourceExhausted naming unknown", err)
+	}
+	// A named client of its own is not affected by unknown's spending.
+	if _, err := ts.client.GetPostRecords(ts.ctx("feed"), &sluicev1.GetPostRecordsRequest{Uris: ts.uris(0, 1000)}); err != nil {
+		t.Errorf("feed after unknown spent its budget: %v", err)
+	}
+	// Batch criticality is accepted; an unknown one is a clear error.
+	bctx := metadata.AppendToOutgoingContext(ts.ctx("feed2"), "x-criticality", "urgent")
+	if _, err := ts.client.GetPostRecords(bctx, &sluicev1.GetPostRecordsRequest{Uris: ts.uris(0, 1)}); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "interactive (the default) or batch") {
+		t.Errorf("x-criticality: urgent: %v, want InvalidArgument naming the choices", err)
+	}
+}
+
+// phase is what one load phase measured.
+type phase struct {
+	ok, shed, other atomic.Int64
+	shedNoRetryInfo atomic.Int64
+	firstOther      atomic.Value
+	accepted, shedL latencies
+	took            time.Duration
+}
+
+func (p *phase) goodput(batch int) float64 {
+	return float64(p.ok.Load()*int64(batch)) / p.took.Seconds()
+}
+
+func (p *phase) record(start time.Time, err error) {
+	switch status.Code(err) {
+	case codes.OK:
+		p.ok.Add(1)
+		p.accepted.add(time.Since(start))
+	case codes.Unavailable:
+		p.shed.Add(1)
+		if _, ok := retryInfo(err); !ok {
+			p.shedNoRetryInfo.Add(1)
+		}
+		p.shedL.add(time.Since(start))
+	default:
+		p.other.Add(1)
+		p.firstOther.CompareAndSwap(nil, err.Error())
+	}
+}
+
+func (ts *testServer) call(ctx context.Context, rng *rand.Rand, batch int) error {
+	from := rng.IntN(len(ts.posts) - batch)
+	resp, err := ts.client.GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: ts.uris(from, from+batch)})
+	if err == nil && (len(resp.GetRecords()) != batch || !resp.GetRecords()[0].GetFound()) {
+		return fmt.Errorf("%d records for %d uris", len(resp.GetRecords()), batch)
+	}
+	return err
+}
+
+// closedLoop runs clients back to back for d.
+func (ts *testServer) closedLoop(clients, batch int, d time.Duration) *phase {
+	p := &phase{}
+	var wg sync.WaitGroup
+	start := time.Now()
+	for c := range clients {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(c), 2))
+			ctx := ts.ctx(fmt.Sprintf("load-%d", c))
+			for time.Since(start) < d {
+				t0 := time.Now()
+				p.record(t0, ts.call(ctx, rng, batch))
+			}
+		})
+	}
+	wg.Wait()
+	p.took = time.Since(start)
+	return p
+}
+
+// openLoop sends requests at a fixed rate for d whatever the answers,
+// as many independent callers do.
+func (ts *testServer) openLoop(perSecond float64, batch int, d time.Duration) *phase {
+	p := &phase{}
+	var wg sync.WaitGroup
+	interval := time.Duration(float64(time.Second) / perSecond)
+	start := time.Now()
+	for i := 0; ; i++ {
+		at := start.Add(time.Duration(i) * interval)
+		if at.Sub(start) >= d {
+			break
+		}
+		time.Sleep(time.Until(at))
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(i), 3))
+			ctx, cancel := context.WithTimeout(ts.ctx(fmt.Sprintf("load-%d", i%64)), 2*time.Second)
+			defer cancel()
+			t0 := time.Now()
+			p.record(t0, ts.call(ctx, rng, batch))
+		})
+	}
+	wg.Wait()
+	p.took = time.Since(start)
+	return p
+}
+
+// Tests overload: capacity is made small by configuration — 1,000 items
+// in flight, 10 store reads at a time per request, 20ms per store read
+// (a remote store's latency) with memcached down so every read reaches
+// the store — so a 100-URI request takes about 200ms and the server
+// completes about 5,000 items/s. An offered load of 4× what it completes
+// at capacity is then met by shedding — fast Unavailable answers with
+// RetryInfo — while accepted requests keep a bounded p99 and goodput
+// stays near capacity.
+func TestOverloadShedsAndKeepsGoodput(t *testing.T) {
+	const batch, overload, capItems = 100, 4, 1_000
+	ts := startServer(t, 6000, func(c *Config) {
+		c.Guard.MaxInflightItems = capItems
+		p := c.Guard.Methods["sluice.v1.PostRecords/GetPostRecords"]
+		p.Concurrency = 10
+		c.Guard.Methods["sluice.v1.PostRecords/GetPostRecords"] = p
+		c.StoreReadDelay = 20 * time.Millisecond
+		c.Guard.Admission.Default = budget.Budget{ItemsPerSecond: 1e7, Burst: 1e6, MaxInflightItems: 1e6}
+	})
+	ts.memcached.Stop()
+
+	base := ts.closedLoop(capItems/batch, batch, 3*time.Second)
+	if base.ok.Load() == 0 || base.other.Load() != 0 {
+		t.Fatalf("at capacity: ok=%d shed=%d other=%d (%v)", base.ok.Load(), base.shed.Load(), base.other.Load(), base.firstOther.Load())
+	}
+	rate := overload * float64(base.ok.Load()) / base.took.Seconds()
+	over := ts.openLoop(rate, batch, 3*time.Second)
+	queue := ts.app.Guard.QueueStats()
+
+	g1, g2 := base.goodput(batch), over.goodput(batch)
+	p1, p2 := base.accepted.quantile(0.99), over.accepted.quantile(0.99)
+	t.Logf("at capacity (%d closed-loop clients × %d URIs): %d ok, goodput %.0f items/s, p50 %v p99 %v",
+		capItems/batch, batch, base.ok.Load(), g1, base.accepted.quantile(0.5), p1)
+	t.Logf("offered %.0f requests/s (%d× capacity) for 3s: %d ok, %d shed, %d other; goodput %.0f items/s (%.0f%% of capacity); accepted p50 %v p99 %v; shed p50 %v p99 %v; queue %+v",
+		rate, overload, over.ok.Load(), over.shed.Load(), over.other.Load(), g2, 100*g2/g1,
+		over.accepted.quantile(0.5), p2, over.shedL.quantile(0.5), over.shedL.quantile(0.99), queue)
+	if over.other.Load() != 0 {
+		t.Errorf("%d requests failed with something other than Unavailable (first: %v)", over.other.Load(), over.firstOther.Load())
+	}
+	if over.shed.Load() == 0 {
+		t.Errorf("nothing was shed at %d× capacity", overload)
+	}
+	if g2 < 0.4*g1 {
+		t.Errorf("goodput collapsed to %.0f items/s under overload, capacity %.0f", g2, g1)
+	}
+	if bound := max(3*p1, p1+100*time.Millisecond); p2 > bound {
+		t.Errorf("accepted p99 %v under overload, bound %v (3× or +100ms over %v at capacity)", p2, bound, p1)
+	}
+	// Shedding is quick: a shed answer comes sooner than an accepted one
+	// (on an idle machine within N = 100ms; the bound allows for a shared
+	// 2-core machine).
+	if s50, a50 := over.shedL.quantile(0.5), over.accepted.quantile(0.5); s50 >= a50 {
+		t.Errorf("shed p50 %v is not quicker than accepted p50 %v", s50, a50)
+	}
+	if s99, bound := over.shedL.quantile(0.99), max(p2, 300*time.Millisecond); s99 > bound {
+		t.Errorf("shed requests waited %v at p99, bound %v", s99, bound)
+	}
+	if n := over.shedNoRetryInfo.Load(); n != 0 {
+		t.Errorf("%d shed answers carried no RetryInfo", n)
+	}
+}

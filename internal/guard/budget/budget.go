@@ -1,0 +1,257 @@
+// Package budget charges each client for the items it asks sluice to work
+// on, so that no caller can take more than its share however few
+// requests it sends.
+//
+// A Budget is a token bucket of items per second with a burst, plus a cap
+// on the client's items in flight. Named clients get the budget the
+// config gives them; every other caller, "unknown" included, gets the
+// default budget, each name in its own bucket. Charge either admits a
+// request at once or refuses it at once with the reason and how long to
+// wait: it never queues. Budgets can be replaced while serving (SetConfig)
+// without losing the tokens or in-flight counts of the clients already
+// seen.
+//
+// The package decides nothing about gRPC codes, process-wide capacity or
+// who a caller is; the guard does.
+package budget
+
+import (
+	"errors"
+	"fmt"
+	"maps"
+	"math"
+	"slices"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// Budget is what one client may spend.
+type Budget struct {
+	// ItemsPerSecond is the sustained rate of items (URIs) admitted.
+	ItemsPerSecond float64 `yaml:"items_per_second"`
+	// Burst is the most items admitted at once after a quiet spell, and
+	// so the largest request the client can ever send.
+	Burst int `yaml:"burst"`
+	// MaxInflightItems bounds the client's items being worked on at once.
+	MaxInflightItems int64 `yaml:"max_inflight_items"`
+}
+
+// Validate reports the first field that is not usable.
+func (b Budget) Validate() error {
+	switch {
+	case b.ItemsPerSecond <= 0 || math.IsInf(b.ItemsPerSecond, 0) || math.IsNaN(b.ItemsPerSecond):
+		return fmt.Errorf("items_per_second must be a positive number, got %v", b.ItemsPerSecond)
+	case b.Burst < 1:
+		return fmt.Errorf("burst must be at least 1, got %d", b.Burst)
+	case b.MaxInflightItems < 1:
+		return fmt.Errorf("max_inflight_items must be at least 1, got %d", b.MaxInflightItems)
+	}
+	return nil
+}
+
+// String describes the budget for messages to callers.
+func (b Budget) String() string {
+	return fmt.Sprintf("%g items/s, burst %d, %d items in flight", b.ItemsPerSecond, b.Burst, b.MaxInflightItems)
+}
+
+// Config is the admission section of the config file.
+type Config struct {
+	// Default applies to every client not named in Clients, "unknown"
+	// included; each such client has its own bucket.
+	Default Budget `yaml:"default"`
+	// Clients gives named clients their own budgets.
+	Clients map[string]Budget `yaml:"clients"`
+}
+
+// DefaultConfig is generous enough for any normal caller: 20,000 items/s
+// with a burst of 5,000, and 5,000 items in flight.
+func DefaultConfig() Config {
+	return Config{Default: Budget{ItemsPerSecond: 20_000, Burst: 5_000, MaxInflightItems: 5_000}, Clients: map[string]Budget{}}
+}
+
+// Validate checks the default and every named budget.
+func (c Config) Validate() error {
+	errs := []error{}
+	if err := c.Default.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("admission: default: %w", err))
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.Clients)) {
+		if err := c.Clients[name].Validate(); err != nil {
+			errs = append(errs, fmt.Errorf("admission: client %q: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// For returns the budget of client.
+func (c Config) For(client string) Budget {
+	if b, ok := c.Clients[client]; ok {
+		return b
+	}
+	return c.Default
+}
+
+// Reasons a charge is refused.
+const (
+	OverRate     = "rate"     // the token bucket lacks the items for now
+	OverBurst    = "burst"    // the request is larger than the bucket
+	OverInflight = "inflight" // the client already has too many items in flight
+)
+
+// Refusal says why a charge was refused and when to try again.
+type Refusal struct {
+	Client     string
+	Budget     Budget
+	Cost       int64
+	Reason     string        // OverRate, OverBurst or OverInflight
+	RetryAfter time.Duration // 0 for OverBurst: retrying cannot help
+	Inflight   int64         // the client's items in flight, for OverInflight
+}
+
+// Error describes the refusal, naming the client and its budget.
+func (r *Refusal) Error() string {
+	switch r.Reason {
+	case OverBurst:
+		return fmt.Sprintf("client %q: a request of %d items exceeds its burst of %d (budget %v); send requests of at most %d items", r.Client, r.Cost, r.Budget.Burst, r.Budget, r.Budget.Burst)
+	case OverInflight:
+		return fmt.Sprintf("client %q: %d items in flight plus %d exceeds its cap of %d (budget %v); wait for responses before sending more", r.Client, r.Inflight, r.Cost, r.Budget.MaxInflightItems, r.Budget)
+	}
+	return fmt.Sprintf("client %q: %d items over its rate (budget %v); retry in %v", r.Client, r.Cost, r.Budget, r.RetryAfter.Round(time.Millisecond))
+}
+
+// MaxTracked bounds how many client names have their own state; beyond
+// it, idle clients are forgotten, and if none is idle the newcomer shares
+// one overflow bucket with the default budget.
+const MaxTracked = 10_000
+
+// overflowName keys the shared state of untracked names.
+const overflowName = "\x00overflow"
+
+// Budgets holds the state of every client seen. It is safe for
+// concurrent use.
+type Budgets struct {
+	mu      sync.Mutex
+	cfg     Config
+	clients map[string]*client
+}
+
+type client struct {
+	budget   Budget
+	limiter  *rate.Limiter
+	inflight int64
+}
+
+// New returns Budgets for cfg.
+func New(cfg Config) (*Budgets, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Budgets{cfg: cfg, clients: map[string]*client{}}, nil
+}
+
+// Config returns the budgets in force.
+func (b *Budgets) Config() Config {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.cfg
+}
+
+// For returns the budget in force for name.
+func (b *Budgets) For(name string) Budget { return b.Config().For(name) }
+
+// SetConfig replaces the budgets. Clients already seen keep their tokens
+// (up to the new burst) and their in-flight items; an invalid cfg changes
+// nothing.
+func (b *Budgets) SetConfig(cfg Config, now time.Time) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.cfg = cfg
+	for name, c := range b.clients {
+		if name == overflowName {
+			name = ""
+		}
+		c.setBudget(cfg.For(name), now)
+	}
+	return nil
+}
+
+func (c *client) setBudget(bud Budget, now time.Time) {
+	c.budget = bud
+	c.limiter.SetLimitAt(now, rate.Limit(bud.ItemsPerSecond))
+	c.limiter.SetBurstAt(now, bud.Burst)
+}
+
+// Charge admits cost items for name at now, or refuses them. On success
+// the caller must call release once the request is done.
+func (b *Budgets) Charge(name string, cost int64, now time.Time) (release func(), refusal *Refusal) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	c := b.state(name, now)
+	bud := c.budget
+	refuse := func(reason string, after time.Duration) *Refusal {
+		return &Refusal{Client: name, Budget: bud, Cost: cost, Reason: reason, RetryAfter: after, Inflight: c.inflight}
+	}
+	if cost > int64(bud.Burst) || cost > bud.MaxInflightItems {
+		return nil, refuse(OverBurst, 0)
+	}
+	if c.inflight+cost > bud.MaxInflightItems {
+		return nil, refuse(OverInflight, 0)
+	}
+	r := c.limiter.ReserveN(now, int(cost))
+	if d := r.DelayFrom(now); d > 0 {
+		r.CancelAt(now)
+		return nil, refuse(OverRate, d)
+	}
+	c.inflight += cost
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			b.mu.Lock()
+			c.inflight -= cost
+			b.mu.Unlock()
+		})
+	}, nil
+}
+
+// state returns name's state, creating it with a full bucket.
+func (b *Budgets) state(name string, now time.Time) *client {
+	if c, ok := b.clients[name]; ok {
+		return c
+	}
+	if len(b.clients) >= MaxTracked {
+		b.forgetIdle(now)
+	}
+	key := name
+	if len(b.clients) >= MaxTracked {
+		key = overflowName
+		if c, ok := b.clients[key]; ok {
+			return c
+		}
+	}
+	bud := b.cfg.For(name)
+	c := &client{budget: bud, limiter: rate.NewLimiter(rate.Limit(bud.ItemsPerSecond), bud.Burst)}
+	b.clients[key] = c
+	return c
+}
+
+// forgetIdle drops clients with nothing in flight and a full bucket:
+// forgetting them changes nothing they could observe.
+func (b *Budgets) forgetIdle(now time.Time) {
+	for name, c := range b.clients {
+		if c.inflight == 0 && c.limiter.TokensAt(now) >= float64(c.budget.Burst) && name != overflowName {
+			delete(b.clients, name)
+		}
+	}
+}
+
+// Tracked reports how many client states are held.
+func (b *Budgets) Tracked() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.clients)
+}

@@ -1,0 +1,177 @@
+package budget
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+var t0 = time.Unix(1_700_000_000, 0)
+
+func testConfig() Config {
+	return Config{
+		Default: Budget{ItemsPerSecond: 1000, Burst: 1000, MaxInflightItems: 1000},
+		Clients: map[string]Budget{"bulk": {ItemsPerSecond: 100, Burst: 200, MaxInflightItems: 150}},
+	}
+}
+
+func mustNew(t *testing.T, cfg Config) *Budgets {
+	t.Helper()
+	b, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// Tests the token bucket: a burst is admitted at once, the next request
+// is refused with the delay the bucket needs, and admitted after it.
+func TestRateRefusalSaysWhenToRetry(t *testing.T) {
+	b := mustNew(t, testConfig())
+	rel, ref := b.Charge("bulk", 100, t0)
+	if ref != nil {
+		t.Fatalf("first 100 items: %v", ref)
+	}
+	rel()
+	if rel, ref = b.Charge("bulk", 100, t0); ref != nil {
+		t.Fatalf("second 100 items within the burst of 200: %v", ref)
+	}
+	rel()
+	_, ref = b.Charge("bulk", 50, t0)
+	if ref == nil || ref.Reason != OverRate {
+		t.Fatalf("50 items with an empty bucket: %+v, want a rate refusal", ref)
+	}
+	if ref.RetryAfter != 500*time.Millisecond {
+		t.Errorf("RetryAfter %v, want 500ms (50 items at 100/s)", ref.RetryAfter)
+	}
+	for _, want := range []string{`client "bulk"`, "100 items/s", "burst 200", "retry in 500ms"} {
+		if !strings.Contains(ref.Error(), want) {
+			t.Errorf("message %q lacks %q", ref.Error(), want)
+		}
+	}
+	// The refused reservation was given back: after the delay it fits.
+	if _, ref := b.Charge("bulk", 50, t0.Add(500*time.Millisecond)); ref != nil {
+		t.Errorf("after the advised delay: %v", ref)
+	}
+}
+
+// Tests the in-flight cap and that releasing frees it.
+func TestInflightCap(t *testing.T) {
+	b := mustNew(t, testConfig())
+	rel, ref := b.Charge("bulk", 100, t0)
+	if ref != nil {
+		t.Fatal(ref)
+	}
+	_, ref = b.Charge("bulk", 100, t0)
+	if ref == nil || ref.Reason != OverInflight || ref.Inflight != 100 {
+		t.Fatalf("200 in flight over a cap of 150: %+v, want an inflight refusal", ref)
+	}
+	rel()
+	rel() // idempotent
+	if _, ref := b.Charge("bulk", 100, t0); ref != nil {
+		t.Errorf("after release: %v", ref)
+	}
+}
+
+// Tests that a request larger than the burst is refused as such, since
+// waiting cannot help.
+func TestOverBurst(t *testing.T) {
+	b := mustNew(t, testConfig())
+	_, ref := b.Charge("bulk", 201, t0)
+	if ref == nil || ref.Reason != OverBurst || ref.RetryAfter != 0 {
+		t.Fatalf("201 items over a burst of 200: %+v", ref)
+	}
+	if !strings.Contains(ref.Error(), "at most 200 items") {
+		t.Errorf("message %q does not say how to comply", ref.Error())
+	}
+}
+
+// Tests that unnamed callers get the default budget, each its own bucket.
+func TestDefaultBudgetPerClient(t *testing.T) {
+	b := mustNew(t, testConfig())
+	for _, name := range []string{"unknown", "feed"} {
+		if got := b.For(name); got != testConfig().Default {
+			t.Errorf("For(%q) = %v, want the default", name, got)
+		}
+		if _, ref := b.Charge(name, 1000, t0); ref != nil {
+			t.Errorf("%s: a full default burst: %v", name, ref)
+		}
+	}
+	if _, ref := b.Charge("unknown", 1, t0); ref == nil || ref.Client != "unknown" {
+		t.Errorf("unknown after its burst: %+v, want a refusal naming unknown", ref)
+	}
+}
+
+// Tests that new budgets apply to clients already seen, keeping their
+// in-flight items, and that an invalid config changes nothing.
+func TestSetConfig(t *testing.T) {
+	b := mustNew(t, testConfig())
+	rel, ref := b.Charge("bulk", 100, t0)
+	if ref != nil {
+		t.Fatal(ref)
+	}
+	defer rel()
+	bad := testConfig()
+	bad.Clients["bulk"] = Budget{ItemsPerSecond: 0, Burst: 1, MaxInflightItems: 1}
+	if err := b.SetConfig(bad, t0); err == nil || !strings.Contains(err.Error(), `client "bulk"`) {
+		t.Fatalf("invalid config: %v, want an error naming bulk", err)
+	}
+	if got := b.For("bulk").Burst; got != 200 {
+		t.Fatalf("burst %d after a refused reload, want the old 200", got)
+	}
+	next := testConfig()
+	next.Clients["bulk"] = Budget{ItemsPerSecond: 10_000, Burst: 5000, MaxInflightItems: 120}
+	if err := b.SetConfig(next, t0); err != nil {
+		t.Fatal(err)
+	}
+	_, ref = b.Charge("bulk", 30, t0)
+	if ref == nil || ref.Reason != OverInflight || ref.Budget.MaxInflightItems != 120 {
+		t.Fatalf("100 in flight + 30 over the new cap 120: %+v", ref)
+	}
+	if _, ref := b.Charge("bulk", 20, t0.Add(time.Second)); ref != nil {
+		t.Errorf("within the new budget: %v", ref)
+	}
+}
+
+// Tests that the number of client states stays bounded however many
+// names callers invent.
+func TestTrackedBounded(t *testing.T) {
+	b := mustNew(t, testConfig())
+	var held []func()
+	for i := range MaxTracked + 50 {
+		rel, ref := b.Charge(fmt.Sprintf("c%d", i), 1, t0)
+		if ref != nil {
+			t.Fatalf("client %d: %v", i, ref)
+		}
+		held = append(held, rel)
+	}
+	if n := b.Tracked(); n > MaxTracked+1 {
+		t.Errorf("tracking %d clients, bound %d (+1 overflow)", n, MaxTracked)
+	}
+	for _, rel := range held {
+		rel()
+	}
+	// Once idle and refilled, old names are forgotten to make room.
+	if _, ref := b.Charge("late", 1, t0.Add(time.Second)); ref != nil {
+		t.Fatal(ref)
+	}
+	if n := b.Tracked(); n > 2 {
+		t.Errorf("tracking %d clients after they all went idle, want the newcomer and the overflow only", n)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for _, bad := range []Budget{
+		{ItemsPerSecond: 0, Burst: 1, MaxInflightItems: 1},
+		{ItemsPerSecond: 1, Burst: 0, MaxInflightItems: 1},
+		{ItemsPerSecond: 1, Burst: 1, MaxInflightItems: 0},
+	} {
+		if err := (Config{Default: bad}).Validate(); err == nil {
+			t.Errorf("Validate(default %+v) = nil", bad)
+		}
+	}
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Error(err)
+	}
+}

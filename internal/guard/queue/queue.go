@@ -1,0 +1,363 @@
+// Package queue bounds the items sluice works on at once and decides who
+// waits, who goes first and who is shed when they do not all fit.
+//
+// A Queue holds a capacity of items (a batch of n URIs costs n). A request
+// that fits while nobody waits is admitted at once. Otherwise it joins a
+// bounded queue, under the controlled-delay rule Facebook published in
+// "Fail at Scale" (Maurer, ACM Queue 13(8), 2015):
+//
+//   - if the queue has not been empty at any time in the last Interval
+//     (N, 100 ms by default), it is a standing queue, and a request may
+//     wait at most Target (M, 5 ms by default);
+//   - otherwise a request may wait up to Interval;
+//   - either way never past the request's own StartBy (the latest start
+//     that still leaves time to do the work before its deadline).
+//
+// While the queue stands, freed capacity goes to the newest waiter first
+// (adaptive LIFO): its caller is the one most likely still waiting, while
+// the oldest are about to time out anyway. Otherwise waiters are served
+// in arrival order.
+//
+// Batch requests (Request.Batch) are shed first: one that cannot start at
+// once while others already wait is refused without queueing, freed
+// capacity goes to interactive waiters before batch ones, and batch
+// waiters are shed as soon as the queue becomes a standing queue.
+//
+// The package knows nothing of gRPC, clients or deadlines beyond StartBy;
+// the guard maps its errors to status codes. Time comes from a Clock so
+// the rule can be tested step by step.
+package queue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Errors returned by Acquire, wrapped with detail; match with errors.Is.
+var (
+	// ErrShed reports a request refused or dropped to keep latency flat.
+	ErrShed = errors.New("queue: shed")
+	// ErrTooLarge reports a cost over the whole capacity.
+	ErrTooLarge = errors.New("queue: cost exceeds capacity")
+)
+
+// Config sizes a Queue. Zero fields take the defaults of DefaultConfig.
+type Config struct {
+	// Capacity is how many items may be admitted at once.
+	Capacity int64
+	// MaxWaiters bounds the queue; an arrival that finds it full is shed.
+	MaxWaiters int
+	// Target is M: the longest wait in a standing queue.
+	Target time.Duration
+	// Interval is N: how long the queue must have been non-empty to count
+	// as standing, and the longest wait otherwise.
+	Interval time.Duration
+}
+
+// DefaultConfig returns Facebook's published values (M 5 ms, N 100 ms)
+// for a capacity of 20,000 items and at most 1,024 waiters.
+func DefaultConfig() Config {
+	return Config{Capacity: 20_000, MaxWaiters: 1_024, Target: 5 * time.Millisecond, Interval: 100 * time.Millisecond}
+}
+
+// Validate reports the first unusable field.
+func (c Config) Validate() error {
+	switch {
+	case c.Capacity < 1:
+		return fmt.Errorf("queue: capacity must be at least 1, got %d", c.Capacity)
+	case c.MaxWaiters < 1:
+		return fmt.Errorf("queue: max waiters must be at least 1, got %d", c.MaxWaiters)
+	case c.Target <= 0 || c.Interval <= 0:
+		return fmt.Errorf("queue: target %v and interval %v must be positive", c.Target, c.Interval)
+	case c.Target > c.Interval:
+		return fmt.Errorf("queue: target %v must not exceed interval %v", c.Target, c.Interval)
+	}
+	return nil
+}
+
+// Clock tells time and runs a function later. Real time is SystemClock.
+type Clock interface {
+	Now() time.Time
+	// AfterFunc calls f after d, from another goroutine; stop cancels it.
+	AfterFunc(d time.Duration, f func()) (stop func() bool)
+}
+
+// SystemClock is the real clock.
+type SystemClock struct{}
+
+// Now implements Clock.
+func (SystemClock) Now() time.Time { return time.Now() }
+
+// AfterFunc implements Clock with time.AfterFunc.
+func (SystemClock) AfterFunc(d time.Duration, f func()) func() bool { return time.AfterFunc(d, f).Stop }
+
+// Request is one request asking for capacity.
+type Request struct {
+	// Cost is the items it needs; at least 1.
+	Cost int64
+	// Batch marks work that is shed before interactive work.
+	Batch bool
+	// StartBy, when not zero, is the latest time the request is still
+	// worth starting; it never waits past it.
+	StartBy time.Time
+}
+
+// Stats is a snapshot of a Queue.
+type Stats struct {
+	InUse    int64 // items admitted and not yet released
+	Waiting  int   // requests in the queue
+	Standing bool  // whether the queue counts as standing now
+	Shed     int64 // requests shed since start
+}
+
+// Queue admits requests against a capacity of items. It is safe for
+// concurrent use; the zero value is not usable, call New.
+type Queue struct {
+	cfg   Config
+	clock Clock
+
+	mu        sync.Mutex
+	inUse     int64
+	waiters   []*waiter // in arrival order
+	lastEmpty time.Time // the last time waiters was empty
+	stopCheck func() bool
+	shed      int64
+}
+
+type waiter struct {
+	req      Request
+	enqueued time.Time
+	done     chan struct{} // closed once err is set or the grant made
+	err      error         // nil when granted
+	stop     func() bool
+}
+
+// New returns a Queue; clock nil means SystemClock.
+func New(cfg Config, clock Clock) (*Queue, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if clock == nil {
+		clock = SystemClock{}
+	}
+	return &Queue{cfg: cfg, clock: clock, lastEmpty: clock.Now()}, nil
+}
+
+// MaxWait is the controlled-delay rule: how long a request that arrives
+// at now may wait, given when the queue was last empty. startBy, when
+// not zero, caps it further; the result is never negative.
+func (c Config) MaxWait(now, lastEmpty, startBy time.Time) time.Duration {
+	wait := c.Interval
+	if c.standing(now, lastEmpty) {
+		wait = c.Target
+	}
+	if !startBy.IsZero() {
+		wait = min(wait, startBy.Sub(now))
+	}
+	return max(wait, 0)
+}
+
+// standing reports whether a queue that has been non-empty since
+// lastEmpty is a standing queue at now.
+func (c Config) standing(now, lastEmpty time.Time) bool { return now.Sub(lastEmpty) >= c.Interval }
+
+// Acquire admits r, waiting as the rule allows. On success the caller
+// must call the returned release exactly once when the work is done.
+// Errors wrap ErrShed or ErrTooLarge, or are ctx's error.
+func (q *Queue) Acquire(ctx context.Context, r Request) (release func(), err error) {
+	if r.Cost > q.cfg.Capacity {
+		return nil, fmt.Errorf("%w: %d items needed, capacity %d", ErrTooLarge, r.Cost, q.cfg.Capacity)
+	}
+	r.Cost = max(r.Cost, 1)
+	w, err := q.enter(r)
+	switch {
+	case err != nil:
+		return nil, err
+	case w == nil:
+		return q.releaser(r.Cost), nil
+	}
+	select {
+	case <-w.done:
+	case <-ctx.Done():
+		q.mu.Lock()
+		if q.remove(w) {
+			w.stop()
+			q.grant()
+			q.mu.Unlock()
+			return nil, ctx.Err()
+		}
+		q.mu.Unlock() // granted or shed meanwhile; w.err says which
+	}
+	if w.err != nil {
+		return nil, w.err
+	}
+	return q.releaser(r.Cost), nil
+}
+
+// enter admits r at once (nil waiter, nil error), refuses it (nil waiter,
+// error), or queues it (the waiter).
+func (q *Queue) enter(r Request) (*waiter, error) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now := q.clock.Now()
+	if len(q.waiters) == 0 {
+		q.lastEmpty = now
+		if q.inUse+r.Cost <= q.cfg.Capacity {
+			q.inUse += r.Cost
+			return nil, nil
+		}
+	}
+	switch {
+	case len(q.waiters) >= q.cfg.MaxWaiters:
+		return nil, q.refuse(fmt.Errorf("%w: %d requests already wait for capacity", ErrShed, len(q.waiters)))
+	case r.Batch && len(q.waiters) > 0:
+		return nil, q.refuse(fmt.Errorf("%w: batch work is not queued while %d requests wait", ErrShed, len(q.waiters)))
+	}
+	wait := q.cfg.MaxWait(now, q.lastEmpty, r.StartBy)
+	if wait <= 0 {
+		return nil, q.refuse(fmt.Errorf("%w: no capacity for %d items and no time left to wait", ErrShed, r.Cost))
+	}
+	w := &waiter{req: r, enqueued: now, done: make(chan struct{})}
+	if len(q.waiters) == 0 {
+		q.stopCheck = q.clock.AfterFunc(q.cfg.Interval, q.onStanding)
+	}
+	q.waiters = append(q.waiters, w)
+	w.stop = q.clock.AfterFunc(wait, func() { q.expire(w, wait) })
+	return w, nil
+}
+
+func (q *Queue) refuse(err error) error {
+	q.shed++
+	return err
+}
+
+// expire sheds w if it still waits after its allowed wait.
+func (q *Queue) expire(w *waiter, wait time.Duration) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.remove(w) {
+		q.shed++
+		w.err = fmt.Errorf("%w: waited %v for %d items without capacity freeing up", ErrShed, wait, w.req.Cost)
+		close(w.done)
+		q.grant()
+	}
+}
+
+// onStanding runs Interval after the queue became non-empty: if it never
+// emptied since, it is now a standing queue, so batch waiters and waiters
+// older than Target are shed, and the rest may wait only until they
+// reach Target.
+func (q *Queue) onStanding() {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now := q.clock.Now()
+	if len(q.waiters) == 0 || !q.cfg.standing(now, q.lastEmpty) {
+		return
+	}
+	q.stopCheck = nil
+	for _, w := range slices.Clone(q.waiters) {
+		waited := now.Sub(w.enqueued)
+		w.stop()
+		if !w.req.Batch && waited < q.cfg.Target {
+			left := q.cfg.Target - waited
+			w.stop = q.clock.AfterFunc(left, func() { q.expire(w, q.cfg.Target) })
+			continue
+		}
+		q.remove(w)
+		q.shed++
+		w.err = fmt.Errorf("%w: the queue has not emptied for %v and this request waited %v", ErrShed, now.Sub(q.lastEmpty), waited)
+		close(w.done)
+	}
+	q.grant()
+}
+
+func (q *Queue) releaser(cost int64) func() {
+	var once sync.Once
+	return func() { once.Do(func() { q.release(cost) }) }
+}
+
+func (q *Queue) release(cost int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.inUse -= cost
+	q.grant()
+}
+
+// grant hands free capacity to waiters in the order the rule picks,
+// stopping at the first that does not fit, so a large request is not
+// starved by smaller ones behind it.
+func (q *Queue) grant() {
+	now := q.clock.Now()
+	for len(q.waiters) > 0 {
+		w := q.next(now)
+		if q.inUse+w.req.Cost > q.cfg.Capacity {
+			return
+		}
+		q.remove(w)
+		w.stop()
+		q.inUse += w.req.Cost
+		close(w.done)
+	}
+}
+
+// next picks the waiter to serve: interactive before batch; newest first
+// in a standing queue, oldest first otherwise.
+func (q *Queue) next(now time.Time) *waiter {
+	return Pick(q.waiters, func(w *waiter) bool { return w.req.Batch }, q.cfg.standing(now, q.lastEmpty))
+}
+
+// Pick returns the element of waiters (in arrival order) to serve next:
+// the first non-batch one, or the last when lifo, falling back to batch
+// ones in the same order. waiters must not be empty.
+func Pick[W any](waiters []W, batch func(W) bool, lifo bool) W {
+	for _, wantBatch := range []bool{false, true} {
+		for i := range waiters {
+			j := i
+			if lifo {
+				j = len(waiters) - 1 - i
+			}
+			if batch(waiters[j]) == wantBatch {
+				return waiters[j]
+			}
+		}
+	}
+	return waiters[0]
+}
+
+// remove takes w out of the queue, reporting whether it was there.
+// Emptying the queue records the time and cancels the standing check.
+func (q *Queue) remove(w *waiter) bool {
+	i := slices.Index(q.waiters, w)
+	if i < 0 {
+		return false
+	}
+	q.waiters = slices.Delete(q.waiters, i, i+1)
+	if len(q.waiters) == 0 {
+		q.lastEmpty = q.clock.Now()
+		if q.stopCheck != nil {
+			q.stopCheck()
+			q.stopCheck = nil
+		}
+	}
+	return true
+}
+
+// Stats reports the queue's state now.
+func (q *Queue) Stats() Stats {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	now := q.clock.Now()
+	return Stats{
+		InUse:    q.inUse,
+		Waiting:  len(q.waiters),
+		Standing: len(q.waiters) > 0 && q.cfg.standing(now, q.lastEmpty),
+		Shed:     q.shed,
+	}
+}
+
+// Capacity is the configured capacity in items.
+func (q *Queue) Capacity() int64 { return q.cfg.Capacity }

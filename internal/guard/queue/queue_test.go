@@ -1,0 +1,394 @@
+package queue
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const defaultTestTimeout = 10 * time.Second
+
+// fakeClock runs timers only when the test advances it.
+type fakeClock struct {
+	mu     sync.Mutex
+	now    time.Time
+	timers []*fakeTimer
+}
+
+type fakeTimer struct {
+	at   time.Time
+	f    func()
+	done bool // fired or stopped
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_700_000_000, 0)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) AfterFunc(d time.Duration, f func()) func() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &fakeTimer{at: c.now.Add(d), f: f}
+	c.timers = append(c.timers, t)
+	return func() bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		was := !t.done
+		t.done = true
+		return was
+	}
+}
+
+// Advance moves time forward by d, firing due timers in time order.
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	target := c.now.Add(d)
+	for {
+		var next *fakeTimer
+		for _, t := range c.timers {
+			if !t.done && !t.at.After(target) && (next == nil || t.at.Before(next.at)) {
+				next = t
+			}
+		}
+		if next == nil {
+			break
+		}
+		next.done = true
+		c.now = next.at
+		c.mu.Unlock()
+		next.f()
+		c.mu.Lock()
+	}
+	c.now = target
+	c.mu.Unlock()
+}
+
+// Tests the controlled-delay rule itself: N while the queue has been
+// empty within the last N, M once it has stood for N, never past StartBy.
+func TestMaxWait(t *testing.T) {
+	cfg := DefaultConfig() // M 5ms, N 100ms
+	now := time.Unix(1_700_000_000, 0)
+	for _, tc := range []struct {
+		name      string
+		lastEmpty time.Time
+		startBy   time.Time
+		want      time.Duration
+	}{
+		{"empty just now", now, time.Time{}, 100 * time.Millisecond},
+		{"empty 99ms ago", now.Add(-99 * time.Millisecond), time.Time{}, 100 * time.Millisecond},
+		{"standing for 100ms", now.Add(-100 * time.Millisecond), time.Time{}, 5 * time.Millisecond},
+		{"standing for a second", now.Add(-time.Second), time.Time{}, 5 * time.Millisecond},
+		{"deadline sooner than N", now, now.Add(30 * time.Millisecond), 30 * time.Millisecond},
+		{"deadline sooner than M", now.Add(-time.Second), now.Add(2 * time.Millisecond), 2 * time.Millisecond},
+		{"deadline later than N", now, now.Add(time.Second), 100 * time.Millisecond},
+		{"deadline passed", now, now.Add(-time.Millisecond), 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := cfg.MaxWait(now, tc.lastEmpty, tc.startBy); got != tc.want {
+				t.Errorf("MaxWait = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// Tests the serving order: oldest first normally, newest first in a
+// standing queue, interactive before batch either way.
+func TestPick(t *testing.T) {
+	type w struct {
+		id    int
+		batch bool
+	}
+	isBatch := func(x w) bool { return x.batch }
+	mixed := []w{{1, true}, {2, false}, {3, false}, {4, true}}
+	for _, tc := range []struct {
+		name    string
+		waiters []w
+		lifo    bool
+		want    int
+	}{
+		{"fifo", []w{{1, false}, {2, false}, {3, false}}, false, 1},
+		{"lifo", []w{{1, false}, {2, false}, {3, false}}, true, 3},
+		{"fifo skips batch", mixed, false, 2},
+		{"lifo skips batch", mixed, true, 3},
+		{"only batch fifo", []w{{1, true}, {2, true}}, false, 1},
+		{"only batch lifo", []w{{1, true}, {2, true}}, true, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Pick(tc.waiters, isBatch, tc.lifo); got.id != tc.want {
+				t.Errorf("Pick = %d, want %d", got.id, tc.want)
+			}
+		})
+	}
+}
+
+// harness runs Acquire calls in goroutines against a fake clock.
+type harness struct {
+	t     *testing.T
+	q     *Queue
+	clock *fakeClock
+	ctx   context.Context
+}
+
+type result struct {
+	id      int
+	release func()
+	err     error
+}
+
+func newHarness(t *testing.T, capacity int64, maxWaiters int) *harness {
+	t.Helper()
+	clock := newFakeClock()
+	cfg := DefaultConfig()
+	cfg.Capacity, cfg.MaxWaiters = capacity, maxWaiters
+	q, err := New(cfg, clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	t.Cleanup(cancel)
+	return &harness{t: t, q: q, clock: clock, ctx: ctx}
+}
+
+// acquireNow expects r to be admitted without waiting.
+func (h *harness) acquireNow(r Request) func() {
+	h.t.Helper()
+	release, err := h.q.Acquire(h.ctx, r)
+	if err != nil {
+		h.t.Fatalf("Acquire(%+v): %v, want admitted at once", r, err)
+	}
+	return release
+}
+
+// wait starts Acquire(r) in a goroutine and returns once it is queued.
+func (h *harness) wait(ctx context.Context, id int, r Request, out chan<- result) {
+	h.t.Helper()
+	before := h.q.Stats().Waiting
+	go func() {
+		release, err := h.q.Acquire(ctx, r)
+		out <- result{id, release, err}
+	}()
+	h.until(func(s Stats) bool { return s.Waiting == before+1 })
+}
+
+// until polls the queue's stats (a synchronisation point, not a timing
+// assumption) until cond holds.
+func (h *harness) until(cond func(Stats) bool) {
+	h.t.Helper()
+	for !cond(h.q.Stats()) {
+		if h.ctx.Err() != nil {
+			h.t.Fatalf("queue never reached the expected state: %+v", h.q.Stats())
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func recv(t *testing.T, out <-chan result) result {
+	t.Helper()
+	select {
+	case r := <-out:
+		return r
+	case <-time.After(defaultTestTimeout):
+		t.Fatal("no result")
+		return result{}
+	}
+}
+
+// Tests that waiters are served oldest first while the queue is young,
+// and that capacity is never exceeded.
+func TestFIFOWhileYoung(t *testing.T) {
+	h := newHarness(t, 10, 100)
+	hold := h.acquireNow(Request{Cost: 10})
+	out := make(chan result, 3)
+	for id := 1; id <= 3; id++ {
+		h.wait(h.ctx, id, Request{Cost: 10}, out)
+	}
+	var order []int
+	hold()
+	for range 3 {
+		r := recv(t, out)
+		if r.err != nil {
+			t.Fatalf("waiter %d: %v", r.id, r.err)
+		}
+		if s := h.q.Stats(); s.InUse != 10 {
+			t.Fatalf("in use %d with one 10-item request admitted, capacity 10", s.InUse)
+		}
+		order = append(order, r.id)
+		r.release()
+	}
+	if !slices.Equal(order, []int{1, 2, 3}) {
+		t.Errorf("served %v, want oldest first [1 2 3]", order)
+	}
+}
+
+// Tests that a waiter in a young queue is shed after N, not before.
+func TestShedAfterIntervalWhenYoung(t *testing.T) {
+	h := newHarness(t, 10, 100)
+	hold := h.acquireNow(Request{Cost: 10})
+	defer hold()
+	out := make(chan result, 1)
+	h.wait(h.ctx, 1, Request{Cost: 5}, out)
+	h.clock.Advance(99 * time.Millisecond)
+	select {
+	case r := <-out:
+		t.Fatalf("waiter finished after 99ms: %v; N is 100ms", r.err)
+	default:
+	}
+	h.clock.Advance(time.Millisecond)
+	if r := recv(t, out); !errors.Is(r.err, ErrShed) {
+		t.Fatalf("after 100ms: %v, want ErrShed", r.err)
+	}
+	if s := h.q.Stats(); s.Waiting != 0 || s.Shed != 1 {
+		t.Errorf("stats %+v, want empty queue and one shed", s)
+	}
+}
+
+// Tests the standing queue: once it has not emptied for N, waiters older
+// than M are shed, newcomers wait at most M, and the newest is served
+// first (adaptive LIFO).
+func TestStandingQueueCapsWaitAndServesNewestFirst(t *testing.T) {
+	h := newHarness(t, 10, 100)
+	hold := h.acquireNow(Request{Cost: 10})
+	out := make(chan result, 8)
+	h.wait(h.ctx, 1, Request{Cost: 10}, out) // at t=0
+	h.clock.Advance(98 * time.Millisecond)
+	h.wait(h.ctx, 2, Request{Cost: 10}, out) // at t=98ms
+	h.clock.Advance(2 * time.Millisecond)    // t=100ms: standing
+	if r := recv(t, out); r.id != 1 || !errors.Is(r.err, ErrShed) {
+		t.Fatalf("got waiter %d (%v), want waiter 1 shed when the queue stood for N", r.id, r.err)
+	}
+	if s := h.q.Stats(); !s.Standing || s.Waiting != 1 {
+		t.Fatalf("stats %+v, want a standing queue holding waiter 2", s)
+	}
+	h.wait(h.ctx, 3, Request{Cost: 10}, out) // at t=100ms, may wait M
+	h.wait(h.ctx, 4, Request{Cost: 10}, out)
+	hold()
+	if r := recv(t, out); r.id != 4 || r.err != nil {
+		t.Fatalf("got waiter %d (%v), want the newest, 4, served first", r.id, r.err)
+	} else {
+		defer r.release()
+	}
+	h.clock.Advance(3 * time.Millisecond) // t=103ms: waiter 2 reaches M
+	if r := recv(t, out); r.id != 2 || !errors.Is(r.err, ErrShed) {
+		t.Fatalf("got waiter %d (%v), want waiter 2 shed at M", r.id, r.err)
+	}
+	h.clock.Advance(2 * time.Millisecond) // t=105ms: waiter 3 reaches M
+	if r := recv(t, out); r.id != 3 || !errors.Is(r.err, ErrShed) {
+		t.Fatalf("got waiter %d (%v), want waiter 3 shed at M", r.id, r.err)
+	}
+}
+
+// Tests that batch work is shed first: not queued behind others, served
+// after interactive waiters, dropped when the queue stands.
+func TestBatchShedFirst(t *testing.T) {
+	h := newHarness(t, 10, 100)
+	hold := h.acquireNow(Request{Cost: 10})
+	out := make(chan result, 8)
+	h.wait(h.ctx, 1, Request{Cost: 10, Batch: true}, out) // alone: may queue
+	if _, err := h.q.Acquire(h.ctx, Request{Cost: 1, Batch: true}); !errors.Is(err, ErrShed) {
+		t.Fatalf("batch arrival behind a waiter: %v, want ErrShed at once", err)
+	}
+	h.wait(h.ctx, 2, Request{Cost: 10}, out)
+	hold()
+	r := recv(t, out)
+	if r.id != 2 || r.err != nil {
+		t.Fatalf("got waiter %d (%v), want interactive waiter 2 before batch waiter 1", r.id, r.err)
+	}
+	h.clock.Advance(100 * time.Millisecond) // standing: batch waiter dropped
+	if r := recv(t, out); r.id != 1 || !errors.Is(r.err, ErrShed) {
+		t.Fatalf("got waiter %d (%v), want batch waiter 1 shed", r.id, r.err)
+	}
+	r.release()
+}
+
+// Tests the bound on waiters, the StartBy cap, the cost check and that a
+// cancelled waiter leaves the queue.
+func TestBoundsAndCancel(t *testing.T) {
+	h := newHarness(t, 10, 2)
+	if _, err := h.q.Acquire(h.ctx, Request{Cost: 11}); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("cost 11 over capacity 10: %v, want ErrTooLarge", err)
+	}
+	hold := h.acquireNow(Request{Cost: 10})
+	defer hold()
+	if _, err := h.q.Acquire(h.ctx, Request{Cost: 1, StartBy: h.clock.Now()}); !errors.Is(err, ErrShed) {
+		t.Errorf("no time left to wait: %v, want ErrShed at once", err)
+	}
+	out := make(chan result, 4)
+	h.wait(h.ctx, 1, Request{Cost: 1, StartBy: h.clock.Now().Add(20 * time.Millisecond)}, out)
+	cctx, cancel := context.WithCancel(h.ctx)
+	h.wait(cctx, 2, Request{Cost: 1}, out)
+	if _, err := h.q.Acquire(h.ctx, Request{Cost: 1}); !errors.Is(err, ErrShed) {
+		t.Errorf("third waiter with MaxWaiters 2: %v, want ErrShed", err)
+	}
+	cancel()
+	if r := recv(t, out); r.id != 2 || !errors.Is(r.err, context.Canceled) {
+		t.Errorf("got waiter %d (%v), want waiter 2 cancelled", r.id, r.err)
+	}
+	h.clock.Advance(20 * time.Millisecond)
+	if r := recv(t, out); r.id != 1 || !errors.Is(r.err, ErrShed) {
+		t.Errorf("got waiter %d (%v), want waiter 1 shed at its StartBy", r.id, r.err)
+	}
+	if s := h.q.Stats(); s.Waiting != 0 || s.InUse != 10 {
+		t.Errorf("stats %+v, want nothing waiting and 10 in use", s)
+	}
+}
+
+// Tests the real clock end to end: a waiter is granted when capacity
+// frees up, and release is idempotent.
+func TestSystemClock(t *testing.T) {
+	q, err := New(Config{Capacity: 2, MaxWaiters: 4, Target: 5 * time.Millisecond, Interval: time.Second}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	first, err := q.Acquire(ctx, Request{Cost: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		release, err := q.Acquire(ctx, Request{Cost: 2})
+		if err == nil {
+			release()
+		}
+		done <- err
+	}()
+	for q.Stats().Waiting == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	first()
+	first()
+	if err := <-done; err != nil {
+		t.Fatalf("waiter: %v", err)
+	}
+	if s := q.Stats(); s.InUse != 0 {
+		t.Errorf("in use %d after every release, want 0", s.InUse)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, c := range []Config{
+		{Capacity: 0, MaxWaiters: 1, Target: 1, Interval: 1},
+		{Capacity: 1, MaxWaiters: 0, Target: 1, Interval: 1},
+		{Capacity: 1, MaxWaiters: 1, Target: 0, Interval: 1},
+		{Capacity: 1, MaxWaiters: 1, Target: 2, Interval: 1},
+	} {
+		if err := c.Validate(); err == nil {
+			t.Errorf("Validate(%+v) = nil, want an error", c)
+		}
+	}
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Errorf("default config: %v", err)
+	}
+}

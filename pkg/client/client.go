@@ -1,0 +1,382 @@
+// Package client is the Go client for sluice's sluice.v1.PostRecords
+// service, for services that read post records in batches of any size.
+//
+// A Client names its caller on every request (metadata x-client-id), asks
+// the server once for its limits (GetLimits), and then splits each batch
+// into chunks that fit both the method's max_items and the caller's
+// budget. Chunks are sent with bounded parallelism, paced to the budget's
+// items per second, and reassembled in request order.
+//
+// Unavailable and ResourceExhausted answers are retried after the delay
+// their google.rpc.RetryInfo gives (jittered exponential backoff when it
+// gives none), at most MaxAttempts times per chunk and only while the
+// retry budget allows: retries stay under about a tenth of requests, so a
+// struggling server is not buried under them. A ResourceExhausted without
+// RetryInfo (a chunk larger than the budget could ever admit) is not
+// retried. Every other error fails the call at once.
+//
+// The package records its own OpenTelemetry metrics (requests, chunks,
+// retries, throttled time) on the MeterProvider it is given. It does not
+// cache, and it does not hide a server's refusal once retries are spent.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"golang.org/x/sync/errgroup"
+	"golang.org/x/time/rate"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// Metadata keys the server reads.
+const (
+	clientIDKey    = "x-client-id"
+	criticalityKey = "x-criticality"
+)
+
+const getPostRecords = "sluice.v1.PostRecords/GetPostRecords"
+
+// paceHeadroom is the share of the budget's rate the client paces to.
+const paceHeadroom = 0.95
+
+// Criticality tells the server which work to shed first.
+type Criticality string
+
+// Criticalities.
+const (
+	Interactive Criticality = "interactive" // the default; someone waits for the answer
+	Batch       Criticality = "batch"       // shed first under overload
+)
+
+// options is the Client's configuration; defaults() gives every field.
+type options struct {
+	parallelism   int
+	maxAttempts   int
+	baseBackoff   time.Duration
+	maxBackoff    time.Duration
+	retryRatio    float64
+	retryBurst    float64
+	criticality   Criticality
+	meterProvider metric.MeterProvider
+	dialOptions   []grpc.DialOption
+	rand          *rand.Rand
+	sleep         func(context.Context, time.Duration) error
+}
+
+func defaults() options {
+	return options{
+		parallelism:   4,
+		maxAttempts:   3,
+		baseBackoff:   50 * time.Millisecond,
+		maxBackoff:    2 * time.Second,
+		retryRatio:    0.1,
+		retryBurst:    10,
+		criticality:   Interactive,
+		meterProvider: otel.GetMeterProvider(),
+		dialOptions:   []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())},
+		rand:          rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64())),
+		sleep:         sleepCtx,
+	}
+}
+
+// Option changes one default.
+type Option func(*options)
+
+// WithParallelism sets how many chunks of one call are in flight at once
+// (default 4). The chunk size shrinks so that parallelism × chunk size
+// stays within the budget's in-flight items.
+func WithParallelism(n int) Option { return func(o *options) { o.parallelism = max(n, 1) } }
+
+// WithMaxAttempts sets the attempts per chunk, the first included
+// (default 3).
+func WithMaxAttempts(n int) Option { return func(o *options) { o.maxAttempts = max(n, 1) } }
+
+// WithBackoff sets the exponential backoff used when a refusal carries no
+// RetryInfo (default 50ms doubling up to 2s), before jitter.
+func WithBackoff(base, maxDelay time.Duration) Option {
+	return func(o *options) { o.baseBackoff, o.maxBackoff = base, max(maxDelay, base) }
+}
+
+// WithRetryBudget sets the retry budget: each first attempt earns ratio
+// of a retry, up to burst saved retries (default 0.1 and 10).
+func WithRetryBudget(ratio, burst float64) Option {
+	return func(o *options) { o.retryRatio, o.retryBurst = ratio, max(burst, 1) }
+}
+
+// WithCriticality marks every request of the Client (default
+// Interactive).
+func WithCriticality(c Criticality) Option { return func(o *options) { o.criticality = c } }
+
+// WithMeterProvider records the Client's metrics on mp (default the
+// global provider).
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(o *options) { o.meterProvider = mp }
+}
+
+// WithDialOptions replaces Dial's gRPC options (default: plaintext).
+func WithDialOptions(opts ...grpc.DialOption) Option {
+	return func(o *options) { o.dialOptions = opts }
+}
+
+// WithRandSeed makes backoff jitter reproducible.
+func WithRandSeed(seed uint64) Option {
+	return func(o *options) { o.rand = rand.New(rand.NewPCG(seed, seed)) }
+}
+
+// Limits are the server's limits as this Client uses them.
+type Limits struct {
+	MaxItems         int     // per GetPostRecords request
+	MaxURILength     int     // bytes per URI
+	ItemsPerSecond   float64 // the caller's budget
+	Burst            int     // the caller's largest request
+	MaxInflightItems int     // the caller's items in flight
+	ChunkSize        int     // URIs per request this Client sends
+	Parallelism      int     // requests of one call in flight at once
+	Client           string  // the caller's name as the server sees it
+}
+
+// Client reads post records from sluice. It is safe for concurrent use.
+type Client struct {
+	name    string
+	opts    options
+	conn    *grpc.ClientConn // owned when Dial made it
+	rpc     sluicev1.PostRecordsClient
+	limits  Limits
+	pace    *rate.Limiter
+	retries *retryBudget
+	metrics *metrics
+}
+
+// Dial connects to the sluice at target as the caller name and fetches
+// its limits. Close releases the connection.
+func Dial(ctx context.Context, target, name string, opts ...Option) (*Client, error) {
+	o := defaults()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	conn, err := grpc.NewClient(target, o.dialOptions...)
+	if err != nil {
+		return nil, fmt.Errorf("client: dial %s: %w", target, err)
+	}
+	c, err := newClient(ctx, conn, name, o)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	c.conn = conn
+	return c, nil
+}
+
+// New uses an existing connection (which the caller keeps owning) as the
+// caller name and fetches the server's limits.
+func New(ctx context.Context, conn grpc.ClientConnInterface, name string, opts ...Option) (*Client, error) {
+	o := defaults()
+	for _, opt := range opts {
+		opt(&o)
+	}
+	return newClient(ctx, conn, name, o)
+}
+
+func newClient(ctx context.Context, conn grpc.ClientConnInterface, name string, o options) (*Client, error) {
+	if name == "" {
+		return nil, errors.New("client: a caller name is required; the server gives unnamed callers the default budget")
+	}
+	m, err := newMetrics(o.meterProvider, name)
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{name: name, opts: o, rpc: sluicev1.NewPostRecordsClient(conn), metrics: m,
+		retries: newRetryBudget(o.retryRatio, o.retryBurst)}
+	resp, err := c.rpc.GetLimits(c.outgoing(ctx), &sluicev1.GetLimitsRequest{})
+	if err != nil {
+		return nil, fmt.Errorf("client: fetch limits: %w", err)
+	}
+	if c.limits, err = chooseLimits(resp, o.parallelism); err != nil {
+		return nil, err
+	}
+	// The local pace follows the server's bucket (which GetLimits itself
+	// was charged one item from) with a little headroom, since requests
+	// sent on time may still reach the server bunched up.
+	c.pace = rate.NewLimiter(rate.Limit(c.limits.ItemsPerSecond*paceHeadroom), c.limits.Burst)
+	c.pace.ReserveN(time.Now(), 1)
+	return c, nil
+}
+
+// chooseLimits picks the chunk size and parallelism that fit the method's
+// limit and the budget's burst and in-flight cap.
+func chooseLimits(resp *sluicev1.GetLimitsResponse, parallelism int) (Limits, error) {
+	var l Limits
+	for _, m := range resp.GetMethods() {
+		if m.GetMethod() == getPostRecords {
+			l.MaxItems, l.MaxURILength = int(m.GetMaxItems()), int(m.GetMaxUriLength())
+		}
+	}
+	b := resp.GetBudget()
+	l.Client, l.ItemsPerSecond, l.Burst, l.MaxInflightItems = b.GetClient(), b.GetItemsPerSecond(), int(b.GetBurst()), int(b.GetMaxInflightItems())
+	if l.MaxItems < 1 || l.Burst < 1 || l.MaxInflightItems < 1 || l.ItemsPerSecond <= 0 {
+		return l, fmt.Errorf("client: the server reported unusable limits %+v", l)
+	}
+	l.ChunkSize = min(l.MaxItems, l.Burst, l.MaxInflightItems)
+	l.Parallelism = max(1, min(parallelism, l.MaxInflightItems/l.ChunkSize))
+	if l.Parallelism < parallelism {
+		l.ChunkSize = max(1, min(l.ChunkSize, l.MaxInflightItems/parallelism))
+		l.Parallelism = max(1, min(parallelism, l.MaxInflightItems/l.ChunkSize))
+	}
+	return l, nil
+}
+
+// Limits returns the limits fetched at start and the chunking chosen.
+func (c *Client) Limits() Limits { return c.limits }
+
+// Close closes the connection Dial made; it does nothing after New.
+func (c *Client) Close() error {
+	if c.conn == nil {
+		return nil
+	}
+	return c.conn.Close()
+}
+
+func (c *Client) outgoing(ctx context.Context) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, clientIDKey, c.name, criticalityKey, string(c.opts.criticality))
+}
+
+// GetPostRecords returns one record per URI, in the order of uris,
+// however many there are. It fails whole if any chunk fails after its
+// retries; the error says which chunk and why.
+func (c *Client) GetPostRecords(ctx context.Context, uris []string) (records []*sluicev1.PostRecord, err error) {
+	start := time.Now()
+	defer func() { c.metrics.request(ctx, time.Since(start), len(uris), err) }()
+	if len(uris) == 0 {
+		return nil, nil
+	}
+	records = make([]*sluicev1.PostRecord, len(uris))
+	size := c.limits.ChunkSize
+	chunks := (len(uris) + size - 1) / size
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(c.limits.Parallelism)
+	for i := range chunks {
+		from, to := i*size, min((i+1)*size, len(uris))
+		g.Go(func() error {
+			got, err := c.chunk(gctx, uris[from:to])
+			if err != nil {
+				return fmt.Errorf("client: chunk %d of %d (uris[%d:%d]): %w", i+1, chunks, from, to, err)
+			}
+			copy(records[from:to], got)
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return records, nil
+}
+
+// chunk sends one request, paced to the budget, retrying as allowed.
+func (c *Client) chunk(ctx context.Context, uris []string) ([]*sluicev1.PostRecord, error) {
+	c.retries.earn()
+	for attempt := 1; ; attempt++ {
+		if err := c.waitForBudget(ctx, len(uris)); err != nil {
+			return nil, err
+		}
+		c.metrics.chunk(ctx)
+		resp, err := c.rpc.GetPostRecords(c.outgoing(ctx), &sluicev1.GetPostRecordsRequest{Uris: uris})
+		if err == nil {
+			if len(resp.GetRecords()) != len(uris) {
+				return nil, fmt.Errorf("server answered %d records for %d uris", len(resp.GetRecords()), len(uris))
+			}
+			return resp.GetRecords(), nil
+		}
+		delay, retryable := c.retryDelay(err, attempt)
+		switch {
+		case !retryable:
+			return nil, err
+		case attempt >= c.opts.maxAttempts:
+			return nil, fmt.Errorf("gave up after %d attempts: %w", attempt, err)
+		case !c.retries.spend():
+			return nil, fmt.Errorf("retry budget spent (retries are kept under %.0f%% of requests): %w", c.opts.retryRatio*100, err)
+		}
+		c.metrics.retry(ctx, status.Code(err))
+		if err := c.throttle(ctx, delay); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// waitForBudget waits until the local pace allows n more items, so the
+// server rarely has to refuse them.
+func (c *Client) waitForBudget(ctx context.Context, n int) error {
+	r := c.pace.ReserveN(time.Now(), n)
+	if !r.OK() {
+		return fmt.Errorf("a chunk of %d items exceeds the burst of %d", n, c.limits.Burst)
+	}
+	if d := r.Delay(); d > 0 {
+		if err := c.throttle(ctx, d); err != nil {
+			r.Cancel()
+			return err
+		}
+	}
+	return nil
+}
+
+func (c *Client) throttle(ctx context.Context, d time.Duration) error {
+	c.metrics.throttled(ctx, d)
+	return c.opts.sleep(ctx, d)
+}
+
+// retryDelay decides whether err is worth retrying and after how long:
+// the server's RetryInfo delay plus up to a fifth more, or jittered
+// exponential backoff when it gives none.
+func (c *Client) retryDelay(err error, attempt int) (time.Duration, bool) {
+	st := status.Convert(err)
+	var advised time.Duration
+	hasInfo := false
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			advised, hasInfo = ri.GetRetryDelay().AsDuration(), true
+		}
+	}
+	switch {
+	case st.Code() == codes.ResourceExhausted && !hasInfo:
+		return 0, false // too large for the budget, ever; or a transport limit
+	case st.Code() != codes.Unavailable && st.Code() != codes.ResourceExhausted:
+		return 0, false
+	}
+	if hasInfo {
+		return advised + c.jitter(advised/5), true
+	}
+	backoff := min(c.opts.baseBackoff<<(attempt-1), c.opts.maxBackoff)
+	return backoff/2 + c.jitter(backoff/2), true
+}
+
+func (c *Client) jitter(upTo time.Duration) time.Duration {
+	if upTo <= 0 {
+		return 0
+	}
+	return time.Duration(c.opts.rand.Int64N(int64(upTo)))
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
