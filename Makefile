@@ -5,7 +5,7 @@ GO ?= go
 TEST_FLAGS ?= -race -timeout 15m
 FUZZTIME ?= 5s
 
-.PHONY: help run build test unit generate fuzz fuzz-long vet deps-up deps-down clean appview-test
+.PHONY: help run build test test-timing unit generate fuzz fuzz-long vet deps-up deps-down clean appview-test
 
 help: ## list targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -26,7 +26,12 @@ vet: ## go vet, gofmt
 test: vet ## start real servers, run all tests and brief fuzzing
 	eval "$$(scripts/test-deps.sh up)" && \
 	$(GO) test $(TEST_FLAGS) ./... && \
+	$(MAKE) --no-print-directory test-timing && \
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME)
+
+TIMING_TESTS ?= TestIncidentMix|TestOverloadShedsAndKeepsGoodput
+test-timing: ## the latency-ratio tests, without the race detector (make test runs them)
+	$(GO) test -count=1 -timeout 10m -run '$(TIMING_TESTS)' ./internal/app/
 
 fuzz: ## run each fuzz target for FUZZTIME (default 5s)
 	scripts/fuzz.sh $(FUZZTIME)

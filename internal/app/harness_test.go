@@ -218,3 +218,12 @@ func osThreads(t *testing.T) int {
 	}
 	return 0
 }
+
+// skipUnderRace skips a test whose assertions are latency figures when
+// the race detector is on; `make test` runs it again without -race.
+func skipUnderRace(t *testing.T) {
+	t.Helper()
+	if raceEnabled {
+		t.Skip("latency figures are measured in the non-race pass of make test (make test-timing)")
+	}
+}

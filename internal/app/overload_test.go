@@ -113,6 +113,7 @@ const (
 // call at its budget's pace; normal clients see no errors and their p99
 // stays within max(3× their p99 without the bulk client, +50ms).
 func TestIncidentMix(t *testing.T) {
+	skipUnderRace(t)
 	ts := startServer(t, bulkPerCall+1000, func(c *Config) {
 		c.Guard.Admission = budget.Config{
 			Default: budget.Budget{ItemsPerSecond: 50_000, Burst: 5_000, MaxInflightItems: 5_000},
@@ -354,6 +355,7 @@ func (ts *testServer) openLoop(perSecond float64, batch int, d time.Duration) *p
 // RetryInfo — while accepted requests keep a bounded p99 and goodput
 // stays near capacity.
 func TestOverloadShedsAndKeepsGoodput(t *testing.T) {
+	skipUnderRace(t)
 	const batch, overload, capItems = 100, 4, 1_000
 	ts := startServer(t, 6000, func(c *Config) {
 		c.Guard.MaxInflightItems = capItems
