@@ -5,7 +5,7 @@ GO ?= go
 TEST_FLAGS ?= -race -timeout 15m
 FUZZTIME ?= 5s
 
-.PHONY: help run build test unit generate fuzz fuzz-long vet deps-up deps-down clean
+.PHONY: help run build test unit generate fuzz fuzz-long vet deps-up deps-down clean bench load-build
 
 help: ## list targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -42,3 +42,9 @@ deps-down: ## stop them
 
 clean: ## remove build outputs and local data
 	rm -rf bin .data test-artifacts
+
+bench: ## measure sluice beside raw memcached, the store and the naive baseline; write docs/BENCHMARKS.md
+	scripts/bench.sh
+
+load-build: ## build bin/sluice-load
+	$(GO) build -o bin/sluice-load ./cmd/sluice-load

@@ -36,6 +36,7 @@ type Result struct {
 	Errors      int64   `json:"errors"`
 	Seconds     float64 `json:"seconds"`
 	ItemsPerSec float64 `json:"items_per_sec"`
+	FirstError  string  `json:"first_error,omitempty"`
 }
 
 // Batches hands out batches of URIs to workers: in order, each URI once
@@ -74,25 +75,26 @@ type op func(ctx context.Context, batch []string) (found int, err error)
 func loop(ctx context.Context, name string, concurrency, size int, duration time.Duration, b *Batches, do op) Result {
 	res := Result{Name: name, Concurrency: concurrency, Batch: size}
 	var requests, items, found, errs atomic.Int64
-	ctx, cancel := context.WithTimeout(ctx, duration)
+	var firstErr atomic.Value
+	// stop ends the loop; requests themselves run on ctx, so none is cut
+	// off by the measurement's end and the last ones count in full.
+	stop, cancel := context.WithTimeout(ctx, duration)
 	defer cancel()
 	g := new(errgroup.Group)
 	g.SetLimit(concurrency)
 	start := time.Now()
 	for range concurrency {
 		g.Go(func() error {
-			for ctx.Err() == nil {
+			for stop.Err() == nil && ctx.Err() == nil {
 				batch := b.Next()
 				if batch == nil {
 					return nil
 				}
 				n, err := do(ctx, batch)
-				if ctx.Err() != nil && err != nil {
-					return nil // cut off by the duration: not counted
-				}
 				requests.Add(1)
 				if err != nil {
 					errs.Add(1)
+					firstErr.CompareAndSwap(nil, err.Error())
 					continue
 				}
 				items.Add(int64(len(batch)))
@@ -105,6 +107,9 @@ func loop(ctx context.Context, name string, concurrency, size int, duration time
 	res.Seconds = time.Since(start).Seconds()
 	res.Requests, res.Items, res.Found, res.Errors = requests.Load(), items.Load(), found.Load(), errs.Load()
 	res.ItemsPerSec = float64(res.Items) / res.Seconds
+	if e, ok := firstErr.Load().(string); ok {
+		res.FirstError = e
+	}
 	return res
 }
 

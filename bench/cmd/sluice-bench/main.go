@@ -198,6 +198,11 @@ func resultTable(w io.Writer, rs ...throughput.Result) {
 	for _, r := range rs {
 		fmt.Fprintf(w, "| %s | %d | %d | %d | %d | %d | %d | %.1f | %.0f |\n", r.Name, r.Concurrency, r.Batch, r.Requests, r.Items, r.Found, r.Errors, r.Seconds, r.ItemsPerSec)
 	}
+	for _, r := range rs {
+		if r.FirstError != "" {
+			fmt.Fprintf(w, "\nFirst error of %s: `%s`\n", r.Name, r.FirstError)
+		}
+	}
 }
 
 func verdict(ok bool) string {

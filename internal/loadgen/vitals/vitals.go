@@ -10,7 +10,9 @@
 //     the server exports it; otherwise the kernel's socket table
 //     (package sockets), which works only when memcached's address is on
 //     this machine. TIME_WAIT sockets belong to no process, so that count
-//     is every such socket toward memcached, whoever closed it.
+//     is every such socket with either end at memcached's address: the
+//     server's side when it closed first (a full idle pool), memcached's
+//     side when memcached did (its connection limit).
 //   - OS threads: /proc/<pid>/status when the server's pid is known, else
 //     sluice_process_os_threads, else go_threads (threads the Go runtime
 //     created, which never shrinks).
@@ -177,11 +179,11 @@ func (s *Sampler) timeWaitFromKernel(fams map[string]*dto.MetricFamily, smp *rep
 	}
 	n := 0
 	for _, sk := range all {
-		if sk.State == sockets.TimeWait && targets[sk.Remote] {
+		if sk.State == sockets.TimeWait && (targets[sk.Remote] || targets[sk.Local]) {
 			n++
 		}
 	}
-	smp.MemcachedTWait, src["time_wait"] = float64(n), "/proc/net/tcp (TIME_WAIT toward "+strings.Join(addrs, ",")+")"
+	smp.MemcachedTWait, src["time_wait"] = float64(n), "/proc/net/tcp (TIME_WAIT with either end at "+strings.Join(addrs, ",")+")"
 }
 
 func (s *Sampler) scrape(ctx context.Context) (map[string]*dto.MetricFamily, error) {
@@ -216,8 +218,17 @@ func (s *Sampler) Result() *report.Vitals {
 	if len(s.samples) == 0 {
 		return v
 	}
-	v.First, v.Last, v.Peak = s.samples[0], s.samples[len(s.samples)-1], s.samples[0]
-	for _, x := range s.samples[1:] {
+	var ok []report.Sample
+	for _, x := range s.samples {
+		if x.ScrapeSucceeded {
+			ok = append(ok, x)
+		}
+	}
+	if len(ok) == 0 {
+		ok = s.samples
+	}
+	v.First, v.Last, v.Peak = ok[0], ok[len(ok)-1], ok[0]
+	for _, x := range ok[1:] {
 		p := &v.Peak
 		p.Goroutines = max(p.Goroutines, x.Goroutines)
 		p.Threads = max(p.Threads, x.Threads)
