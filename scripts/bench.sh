@@ -145,7 +145,8 @@ assemble() {
     echo "compared with a baseline measured in the same run; absolute numbers say little."
     echo "Durations are scaled to fit a 2-core machine in a few minutes: $POSTS seeded posts,"
     echo "$TPUT per closed-loop path, $RUN per \`incident\` run. Raw reports (JSON, HTML, text) are"
-    echo "left in \`$OUT/\` by the run."
+    echo "left in \`$OUT/\` by the run. Load average (1, 5, 15 min) at the start: $LOADAVG_START; at the end:"
+    echo "$(cut -d' ' -f1-3 /proc/loadavg) — the machine is shared, so expect noise."
     echo
     for f in "$OUT"/md/*.md; do
       part=${f%.md}
@@ -168,6 +169,7 @@ assemble() {
 }
 
 started=$(date +%s)
+LOADAVG_START=$(cut -d' ' -f1-3 /proc/loadavg)
 part_setup
 part_cachehit
 part_incident

@@ -17,7 +17,13 @@ func Compare(w io.Writer, a, b *Report, nameA, nameB string) error {
 	for _, name := range clientNames(a, b) {
 		ca, cb := a.Client(name), b.Client(name)
 		for _, row := range compareRows {
-			va, vb := row.get(ca), row.get(cb)
+			var va, vb float64
+			if ca != nil {
+				va = row.get(ca)
+			}
+			if cb != nil {
+				vb = row.get(cb)
+			}
 			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", name, row.name, cell(va, ca != nil), cell(vb, cb != nil), ratio(va, vb, ca != nil && cb != nil))
 		}
 	}
