@@ -102,7 +102,7 @@ incident_run() {
   if [[ $server == sluice ]]; then start_sluice "$p" $mc $g $h; else start_naive "$p" $mc $g $h "$OUT/$name-cache-errors.log"; fi
   log "incident: $name"
   run_logged "$p" "$BIN/sluice-load" --preset incident --uris "$URIS" --duration "$RUN" --warm \
-    --target 127.0.0.1:$g --metrics http://127.0.0.1:$h/metrics --server-pid "$SRV_PID" \
+    --target 127.0.0.1:$g --metrics http://127.0.0.1:$h/metrics --server-pid "$SRV_PID" --memcached 127.0.0.1:$mc \
     --json "$OUT/$name.json" --html "$OUT/$name.html" --progress 10s "$@" >"$OUT/$name.txt"
   cat "$OUT/$name.txt" >&2
   stop_pid "$SRV_PID"; stop_pid "$mcpid"

@@ -73,6 +73,7 @@ type Sampler struct {
 	start  time.Time
 
 	mu      sync.Mutex
+	mcAddrs []string // memcached addresses, once known
 	samples []report.Sample
 	sources map[string]string
 	errors  []string
@@ -165,10 +166,7 @@ func (s *Sampler) fromProc(smp *report.Sample, src map[string]string) {
 }
 
 func (s *Sampler) timeWaitFromKernel(fams map[string]*dto.MetricFamily, smp *report.Sample, src map[string]string) {
-	addrs := s.cfg.Memcached
-	if len(addrs) == 0 {
-		addrs = labelValues(fams[mDials], "server")
-	}
+	addrs := s.memcachedAddrs(fams)
 	targets := localAddrs(addrs)
 	if len(targets) == 0 {
 		return
@@ -184,6 +182,21 @@ func (s *Sampler) timeWaitFromKernel(fams map[string]*dto.MetricFamily, smp *rep
 		}
 	}
 	smp.MemcachedTWait, src["time_wait"] = float64(n), "/proc/net/tcp (TIME_WAIT with either end at "+strings.Join(addrs, ",")+")"
+}
+
+// memcachedAddrs returns the configured memcached addresses, or those
+// the server's metrics named, remembered so that a failed scrape (an
+// overloaded server) does not lose the TIME_WAIT count.
+func (s *Sampler) memcachedAddrs(fams map[string]*dto.MetricFamily) []string {
+	if len(s.cfg.Memcached) > 0 {
+		return s.cfg.Memcached
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if found := labelValues(fams[mDials], "server"); len(found) > 0 {
+		s.mcAddrs = found
+	}
+	return s.mcAddrs
 }
 
 func (s *Sampler) scrape(ctx context.Context) (map[string]*dto.MetricFamily, error) {
@@ -218,6 +231,9 @@ func (s *Sampler) Result() *report.Vitals {
 	if len(s.samples) == 0 {
 		return v
 	}
+	// First and last are scrapes that succeeded; peaks are over every
+	// sample, since /proc and the socket table answer even when an
+	// overloaded server does not (its figures are -1 then).
 	var ok []report.Sample
 	for _, x := range s.samples {
 		if x.ScrapeSucceeded {
@@ -227,8 +243,8 @@ func (s *Sampler) Result() *report.Vitals {
 	if len(ok) == 0 {
 		ok = s.samples
 	}
-	v.First, v.Last, v.Peak = ok[0], ok[len(ok)-1], ok[0]
-	for _, x := range ok[1:] {
+	v.First, v.Last, v.Peak = ok[0], ok[len(ok)-1], s.samples[0]
+	for _, x := range s.samples[1:] {
 		p := &v.Peak
 		p.Goroutines = max(p.Goroutines, x.Goroutines)
 		p.Threads = max(p.Threads, x.Threads)
