@@ -103,9 +103,11 @@ func TestOpenLoopKeepsScheduleWhileServerStalls(t *testing.T) {
 	if c.OK != c.Sent {
 		t.Errorf("ok %d of %d (errors %v); a stall within the timeouts must not fail requests", c.OK, c.Sent, c.Codes)
 	}
-	// Sends stay on schedule even while ~75 requests hang.
-	if c.SendLag.P99 > 100 {
-		t.Errorf("send lag p99 %.1f ms; requests were not sent on schedule during the stall", c.SendLag.P99)
+	// Sends stay on schedule even while ~75 requests hang: a closed loop
+	// would send them up to the whole 1.5 s stall late. The bound is
+	// generous because the machine is shared and tests run with -race.
+	if c.SendLag.P50 > 20 || c.SendLag.P99 > 300 {
+		t.Errorf("send lag p50 %.1f ms, p99 %.1f ms; requests were not sent on schedule during the stall", c.SendLag.P50, c.SendLag.P99)
 	}
 	// About 37% of the requests were scheduled during the stall, half of
 	// them more than 750 ms before it ended.
@@ -150,8 +152,8 @@ func TestOutstandingBoundDropsInsteadOfQueueing(t *testing.T) {
 	if c.Dropped < 30 {
 		t.Errorf("dropped %d; with %d outstanding allowed and a 1.5 s stall at %d/s, most of the stall's requests must be dropped", c.Dropped, bound, rate)
 	}
-	if c.SendLag.P99 > 100 {
-		t.Errorf("send lag p99 %.1f ms", c.SendLag.P99)
+	if c.SendLag.P50 > 20 || c.SendLag.P99 > 300 {
+		t.Errorf("send lag p50 %.1f ms, p99 %.1f ms; the requests within the bound were not sent on time", c.SendLag.P50, c.SendLag.P99)
 	}
 }
 
