@@ -5,7 +5,7 @@ GO ?= go
 TEST_FLAGS ?= -race -timeout 15m
 FUZZTIME ?= 5s
 
-.PHONY: help run build test test-timing unit generate fuzz fuzz-long vet deps-up deps-down clean appview-test
+.PHONY: help run build test test-timing unit generate fuzz fuzz-long vet deps-up deps-down clean appview-test bench load-build
 
 help: ## list targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -50,3 +50,9 @@ clean: ## remove build outputs and local data
 
 appview-test: ## the AppView's client stack (Node.js, connect-es) against a seeded sluice
 	eval "$$(scripts/test-deps.sh up)" && $(GO) test -count=1 -v -run . ./test/appview/
+
+bench: ## measure sluice beside raw memcached, the store and the naive baseline; write docs/BENCHMARKS.md
+	scripts/bench.sh
+
+load-build: ## build bin/sluice-load
+	$(GO) build -o bin/sluice-load ./cmd/sluice-load

@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -181,5 +182,28 @@ func moduleRoot() (string, error) {
 			return "", fmt.Errorf("no go.mod above the working directory")
 		}
 		dir = parent
+	}
+}
+
+// Pause freezes the server (SIGSTOP): connections stay open but nothing
+// is answered until Resume, as when memcached stalls.
+func (m *Memcached) Pause() {
+	m.t.Helper()
+	if m.cmd == nil {
+		m.t.Fatal("Pause: memcached is not running")
+	}
+	if err := m.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		m.t.Fatalf("pause memcached: %v", err)
+	}
+}
+
+// Resume lets a paused server answer again (SIGCONT).
+func (m *Memcached) Resume() {
+	m.t.Helper()
+	if m.cmd == nil {
+		return
+	}
+	if err := m.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		m.t.Fatalf("resume memcached: %v", err)
 	}
 }

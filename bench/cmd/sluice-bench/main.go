@@ -1,0 +1,248 @@
+// Binary sluice-bench runs the measurements of `make bench` that are not
+// open-loop load (those are sluice-load's) and writes each part of
+// docs/BENCHMARKS.md as a Markdown fragment:
+//
+//	sluice-bench cachehit  --target ADDR --memcached ADDR --uris FILE --md OUT   cache-hit path vs raw GetMulti
+//	sluice-bench coldpath  --target ADDR --metrics URL --uris FILE --out JSON    every read a cache miss
+//	sluice-bench storeread --data-dir DIR --uris FILE --sluice JSON --md OUT     the store read directly, and the ratio
+//	sluice-bench incident  --sluice A --sluice-nobulk B --naive C --naive-nobulk D --md OUT
+//
+// scripts/bench.sh drives it; see docs/BENCHMARKS.md for the commands.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/sluice-dev/sluice/bench/throughput"
+	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/internal/loadgen"
+	"github.com/sluice-dev/sluice/internal/loadgen/scenario"
+	"github.com/sluice-dev/sluice/internal/store/boltstore"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil && !errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(os.Stderr, "sluice-bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return errors.New("usage: sluice-bench cachehit|coldpath|storeread|incident [flags]")
+	}
+	switch args[0] {
+	case "cachehit":
+		return cacheHit(ctx, args[1:])
+	case "coldpath":
+		return coldPath(ctx, args[1:])
+	case "storeread":
+		return storeRead(ctx, args[1:])
+	case "incident":
+		return incident(args[1:])
+	}
+	return fmt.Errorf("unknown part %q; use cachehit, coldpath, storeread or incident", args[0])
+}
+
+// common are the flags every closed-loop part shares.
+type common struct {
+	uris        string
+	concurrency int
+	batch       int
+	duration    time.Duration
+}
+
+func (c *common) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.uris, "uris", "", "URI file from sluice seed")
+	fs.IntVar(&c.concurrency, "concurrency", 16, "workers, each with one request in flight")
+	fs.IntVar(&c.batch, "batch", 50, "URIs per request")
+	fs.DurationVar(&c.duration, "duration", 10*time.Second, "how long each path is measured")
+}
+
+func cacheHit(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("cachehit", flag.ContinueOnError)
+	var c common
+	c.register(fs)
+	target := fs.String("target", "127.0.0.1:50051", "sluice gRPC address")
+	mc := fs.String("memcached", "127.0.0.1:11211", "the memcached sluice uses")
+	md := fs.String("md", "", "Markdown fragment to write")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	uris, err := scenario.ReadURIs(c.uris)
+	if err != nil {
+		return err
+	}
+	if err := loadgen.Warm(ctx, *target, uris, 1000, 4, os.Stderr); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "cachehit: sluice GetPostRecords, %d workers × %d URIs, %v\n", c.concurrency, c.batch, c.duration)
+	sl, err := throughput.GRPC(ctx, "sluice GetPostRecords (gRPC)", *target, c.concurrency, c.batch, c.duration, throughput.NewBatches(uris, c.batch, false))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "cachehit: raw GetMulti, %d workers × %d keys, %v\n", c.concurrency, c.batch, c.duration)
+	raw := throughput.GetMulti(ctx, *mc, c.concurrency, c.batch, c.duration, throughput.NewBatches(uris, c.batch, false))
+	ratio := sl.ItemsPerSec / raw.ItemsPerSec
+	return writeMD(*md, func(w io.Writer) {
+		fmt.Fprintf(w, "## 1. Cache-hit path\n\n")
+		fmt.Fprintf(w, "%d workers, each with one request of %d URIs in flight, for %v per path, on a warm cache (every URI read once through sluice first).\n\n", c.concurrency, c.batch, c.duration)
+		resultTable(w, sl, raw)
+		fmt.Fprintf(w, "\n**sluice / raw GetMulti = %.2f** (target ≥ 0.70: %s).\n", ratio, verdict(ratio >= 0.70))
+	})
+}
+
+func coldPath(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("coldpath", flag.ContinueOnError)
+	var c common
+	c.register(fs)
+	target := fs.String("target", "127.0.0.1:50051", "sluice gRPC address (its memcached must be empty)")
+	metrics := fs.String("metrics", "http://127.0.0.1:8080/metrics", "sluice /metrics")
+	out := fs.String("out", "", "JSON result to write")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	uris, err := scenario.ReadURIs(c.uris)
+	if err != nil {
+		return err
+	}
+	before, err := scrape(*metrics)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "coldpath: sluice, each of %d URIs once, %d workers × %d URIs\n", len(uris), c.concurrency, c.batch)
+	res, err := throughput.GRPC(ctx, "sluice GetPostRecords, every read a miss", *target, c.concurrency, c.batch, c.duration, throughput.NewBatches(uris, c.batch, true))
+	if err != nil {
+		return err
+	}
+	after, err := scrape(*metrics)
+	if err != nil {
+		return err
+	}
+	cr := coldResult{Result: res,
+		CacheHits:   sum(after, "sluice_cache_hits_total") - sum(before, "sluice_cache_hits_total"),
+		CacheMisses: sum(after, "sluice_cache_misses_total") - sum(before, "sluice_cache_misses_total"),
+		StoreReads:  sum(after, "sluice_store_reads_total") - sum(before, "sluice_store_reads_total"),
+	}
+	raw, _ := json.MarshalIndent(cr, "", "  ")
+	return os.WriteFile(*out, raw, 0o644)
+}
+
+// coldResult is sluice's cold-path figure with the cache's own counts.
+type coldResult struct {
+	throughput.Result
+	CacheHits   float64 `json:"cache_hits"`
+	CacheMisses float64 `json:"cache_misses"`
+	StoreReads  float64 `json:"store_reads"`
+}
+
+func storeRead(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("storeread", flag.ContinueOnError)
+	var c common
+	c.register(fs)
+	dataDir := fs.String("data-dir", ".data", "the store sluice served (sluice must be stopped)")
+	fanout := fs.Int("fanout", 50, "parallel reads per batch (sluice's per-request concurrency)")
+	sluiceJSON := fs.String("sluice", "", "coldpath result to compare with")
+	md := fs.String("md", "", "Markdown fragment to write")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var cold coldResult
+	raw, err := os.ReadFile(*sluiceJSON)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(raw, &cold); err != nil {
+		return fmt.Errorf("%s: %w", *sluiceJSON, err)
+	}
+	uris, err := scenario.ReadURIs(c.uris)
+	if err != nil {
+		return err
+	}
+	st, err := boltstore.Open(filepath.Join(*dataDir, app.StoreFile), boltstore.Options{})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	fmt.Fprintf(os.Stderr, "storeread: each of %d URIs once, %d workers × %d URIs, %d parallel reads per batch\n", len(uris), c.concurrency, c.batch, *fanout)
+	direct := throughput.StoreRead(ctx, st, c.concurrency, c.batch, *fanout, c.duration, throughput.NewBatches(uris, c.batch, true))
+	ratio := cold.ItemsPerSec / direct.ItemsPerSec
+	return writeMD(*md, func(w io.Writer) {
+		fmt.Fprintf(w, "## 3. Cold path\n\n")
+		fmt.Fprintf(w, "Every URI of the seeded set read once, in order, through a sluice whose memcached was empty (%d workers × %d URIs); then the same URIs read directly from the embedded store (bbolt) with the same workers and %d parallel reads per batch, as sluice's per-request concurrency. sluice counted %.0f cache hits, %.0f misses and %.0f store reads during its run.\n\n",
+			c.concurrency, c.batch, *fanout, cold.CacheHits, cold.CacheMisses, cold.StoreReads)
+		resultTable(w, cold.Result, direct)
+		fmt.Fprintf(w, "\n**sluice cold / store direct = %.2f**. The cold path also writes every record back to memcached (`add`), which the direct read does not.\n", ratio)
+	})
+}
+
+func resultTable(w io.Writer, rs ...throughput.Result) {
+	fmt.Fprintln(w, "| path | workers | batch | requests | items | found | errors | seconds | items/s |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, r := range rs {
+		fmt.Fprintf(w, "| %s | %d | %d | %d | %d | %d | %d | %.1f | %.0f |\n", r.Name, r.Concurrency, r.Batch, r.Requests, r.Items, r.Found, r.Errors, r.Seconds, r.ItemsPerSec)
+	}
+	for _, r := range rs {
+		if r.FirstError != "" {
+			fmt.Fprintf(w, "\nFirst error of %s: `%s`\n", r.Name, r.FirstError)
+		}
+	}
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "**not met**"
+}
+
+func writeMD(path string, body func(io.Writer)) error {
+	if path == "" {
+		body(os.Stdout)
+		return nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	body(f)
+	return f.Close()
+}
+
+func scrape(url string) (map[string]*dto.MetricFamily, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return nil, fmt.Errorf("scrape %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("parse %s: %w", url, err)
+	}
+	return fams, nil
+}
+
+func sum(fams map[string]*dto.MetricFamily, name string) float64 {
+	var total float64
+	for _, m := range fams[name].GetMetric() {
+		total += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+	}
+	return total
+}

@@ -1,0 +1,183 @@
+// Package throughput measures closed-loop throughput for `make bench`:
+// a fixed number of workers each send batches back to back, and the
+// result is items per second. It compares sluice's gRPC read path with
+// the ceilings beneath it — raw gomemcache GetMulti on the same keys,
+// and the embedded store read directly — at the same concurrency.
+//
+// It is benchmark code: it starts its workers through an errgroup whose
+// limit is the concurrency, and it is never part of `sluice serve`.
+package throughput
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
+	"github.com/sluice-dev/sluice/internal/cache"
+	"github.com/sluice-dev/sluice/internal/store"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+)
+
+// Result is one measured path.
+type Result struct {
+	Name        string  `json:"name"`
+	Concurrency int     `json:"concurrency"`
+	Batch       int     `json:"batch"`
+	Requests    int64   `json:"requests"`
+	Items       int64   `json:"items"`
+	Found       int64   `json:"found"`
+	Errors      int64   `json:"errors"`
+	Seconds     float64 `json:"seconds"`
+	ItemsPerSec float64 `json:"items_per_sec"`
+	FirstError  string  `json:"first_error,omitempty"`
+}
+
+// Batches hands out batches of URIs to workers: in order, each URI once
+// (once=true, stopping when the list is exhausted), or round and round.
+type Batches struct {
+	uris  []string
+	size  int
+	once  bool
+	count atomic.Int64
+}
+
+// NewBatches returns batches of size over uris.
+func NewBatches(uris []string, size int, once bool) *Batches {
+	return &Batches{uris: uris, size: size, once: once}
+}
+
+// Next returns the next batch, or nil when once and exhausted.
+func (b *Batches) Next() []string {
+	i := int(b.count.Add(1) - 1)
+	from := i * b.size
+	if b.once {
+		if from >= len(b.uris) {
+			return nil
+		}
+		return b.uris[from:min(from+b.size, len(b.uris))]
+	}
+	from %= len(b.uris) - b.size + 1
+	return b.uris[from : from+b.size]
+}
+
+// op reads one batch and returns how many items were found.
+type op func(ctx context.Context, batch []string) (found int, err error)
+
+// loop runs concurrency workers calling do on batches until duration
+// passes or the batches run out.
+func loop(ctx context.Context, name string, concurrency, size int, duration time.Duration, b *Batches, do op) Result {
+	res := Result{Name: name, Concurrency: concurrency, Batch: size}
+	var requests, items, found, errs atomic.Int64
+	var firstErr atomic.Value
+	// stop ends the loop; requests themselves run on ctx, so none is cut
+	// off by the measurement's end and the last ones count in full.
+	stop, cancel := context.WithTimeout(ctx, duration)
+	defer cancel()
+	g := new(errgroup.Group)
+	g.SetLimit(concurrency)
+	start := time.Now()
+	for range concurrency {
+		g.Go(func() error {
+			for stop.Err() == nil && ctx.Err() == nil {
+				batch := b.Next()
+				if batch == nil {
+					return nil
+				}
+				n, err := do(ctx, batch)
+				requests.Add(1)
+				if err != nil {
+					errs.Add(1)
+					firstErr.CompareAndSwap(nil, err.Error())
+					continue
+				}
+				items.Add(int64(len(batch)))
+				found.Add(int64(n))
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+	res.Seconds = time.Since(start).Seconds()
+	res.Requests, res.Items, res.Found, res.Errors = requests.Load(), items.Load(), found.Load(), errs.Load()
+	res.ItemsPerSec = float64(res.Items) / res.Seconds
+	if e, ok := firstErr.Load().(string); ok {
+		res.FirstError = e
+	}
+	return res
+}
+
+// GRPC measures sluice's GetPostRecords at target.
+func GRPC(ctx context.Context, name, target string, concurrency, size int, duration time.Duration, b *Batches) (Result, error) {
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(512<<20)))
+	if err != nil {
+		return Result{}, fmt.Errorf("throughput: connect to %s: %w", target, err)
+	}
+	defer conn.Close()
+	client := sluicev1.NewPostRecordsClient(conn)
+	ctx = metadata.AppendToOutgoingContext(ctx, "x-client-id", "bench")
+	return loop(ctx, name, concurrency, size, duration, b, func(ctx context.Context, batch []string) (int, error) {
+		resp, err := client.GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: batch})
+		if err != nil {
+			return 0, err
+		}
+		n := 0
+		for _, r := range resp.GetRecords() {
+			if r.GetFound() {
+				n++
+			}
+		}
+		return n, nil
+	}), nil
+}
+
+// GetMulti measures raw gomemcache GetMulti of the keys sluice uses for
+// the same URIs, with an idle pool as large as the concurrency (so every
+// worker keeps its connection).
+func GetMulti(ctx context.Context, addr string, concurrency, size int, duration time.Duration, b *Batches) Result {
+	mc := memcache.New(addr)
+	mc.MaxIdleConns = concurrency
+	mc.Timeout = 2 * time.Second
+	defer mc.Close()
+	return loop(ctx, "raw gomemcache GetMulti", concurrency, size, duration, b, func(_ context.Context, batch []string) (int, error) {
+		keys := make([]string, len(batch))
+		for i, u := range batch {
+			keys[i] = cache.Key(u)
+		}
+		got, err := mc.GetMulti(keys)
+		return len(got), err
+	})
+}
+
+// StoreRead measures reading each batch from st directly, the batch's
+// reads run in parallel up to fanout (as sluice's per-request
+// concurrency does).
+func StoreRead(ctx context.Context, st store.Store, concurrency, size, fanout int, duration time.Duration, b *Batches) Result {
+	return loop(ctx, "store read directly", concurrency, size, duration, b, func(ctx context.Context, batch []string) (int, error) {
+		var found atomic.Int64
+		g, ctx := errgroup.WithContext(ctx)
+		g.SetLimit(fanout)
+		for _, u := range batch {
+			g.Go(func() error {
+				_, err := st.Get(ctx, u)
+				switch {
+				case err == nil:
+					found.Add(1)
+				case errors.Is(err, store.ErrNotFound):
+				default:
+					return err
+				}
+				return nil
+			})
+		}
+		err := g.Wait()
+		return int(found.Load()), err
+	})
+}

@@ -1,0 +1,339 @@
+// Binary sluice-load is sluice's load-test harness: it sends open-loop
+// load from several named clients (from a YAML scenario, a built-in
+// preset or a recorded trace), samples the server's vital signs from its
+// /metrics, and reports per-client latency and errors as a table, JSON or
+// a self-contained HTML page; it compares two JSON reports and checks
+// service-level targets.
+//
+//	sluice-load --preset incident --uris .data/uris.txt --html incident.html
+//	sluice-load --scenario my.yaml --json run.json --slo 'client=feed,p99<50ms,errors=0'
+//	sluice-load --replay trace.jsonl --speed 2
+//	sluice-load --compare before.json after.json
+//
+// Exit status: 0 on success, 1 on a usage or run error, 3 when a --slo
+// target was missed.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/loadgen"
+	"github.com/sluice-dev/sluice/internal/loadgen/report"
+	"github.com/sluice-dev/sluice/internal/loadgen/scenario"
+	"github.com/sluice-dev/sluice/internal/loadgen/slo"
+	"github.com/sluice-dev/sluice/internal/loadgen/trace"
+	"github.com/sluice-dev/sluice/internal/loadgen/vitals"
+)
+
+// Exit codes.
+const (
+	exitOK        = 0
+	exitError     = 1
+	exitSLOMissed = 3
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// sloFlags collects repeated --slo values.
+type sloFlags []string
+
+func (s *sloFlags) String() string     { return strings.Join(*s, " ") }
+func (s *sloFlags) Set(v string) error { *s = append(*s, v); return nil }
+
+// flags are the parsed command line.
+type flags struct {
+	target, scenarioFile, preset, uris string
+	missing                            float64
+	duration                           time.Duration
+	without                            string
+	maxOutstanding                     int
+	replay                             string
+	speed                              float64
+	record                             string
+	recordURIs                         bool
+	metrics                            string
+	serverPID                          int
+	memcached                          string
+	sampleEvery, progress              time.Duration
+	warm                               bool
+	warmBatch, warmConcurrency         int
+	jsonOut, htmlOut                   string
+	compare                            bool
+	slos                               sloFlags
+	compareArgs                        []string
+}
+
+func parseFlags(args []string, stderr io.Writer) (*flags, error) {
+	f := &flags{}
+	fs := flag.NewFlagSet("sluice-load", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&f.target, "target", "127.0.0.1:50051", "sluice gRPC address")
+	fs.StringVar(&f.scenarioFile, "scenario", "", "YAML scenario file")
+	fs.StringVar(&f.preset, "preset", "", "built-in scenario: "+strings.Join(scenario.PresetNames(), ", "))
+	fs.StringVar(&f.uris, "uris", "", "URI file (from `sluice seed --uris-out`); overrides the scenario's")
+	fs.Float64Var(&f.missing, "missing", -1, "share of URIs replaced by URIs that do not exist (0..1); overrides the scenario's")
+	fs.DurationVar(&f.duration, "duration", 0, "how long every client sends; overrides the scenario's")
+	fs.StringVar(&f.without, "without", "", "comma-separated clients to leave out of the scenario (e.g. bulk)")
+	fs.IntVar(&f.maxOutstanding, "max-outstanding", 0, "bound on each client's requests in flight; overrides the scenario's (default 1000)")
+	fs.StringVar(&f.replay, "replay", "", "JSONL trace to send instead of the scenario's schedule")
+	fs.Float64Var(&f.speed, "speed", 1, "replay speed factor (2 sends twice as fast)")
+	fs.StringVar(&f.record, "record", "", "write every scheduled request to this JSONL trace")
+	fs.BoolVar(&f.recordURIs, "record-uris", true, "keep URIs in the recorded trace (false: batch sizes only)")
+	fs.StringVar(&f.metrics, "metrics", "http://127.0.0.1:8080/metrics", "server /metrics URL for vital signs (empty: none)")
+	fs.IntVar(&f.serverPID, "server-pid", 0, "server pid on this machine: read OS threads and RSS from /proc")
+	fs.StringVar(&f.memcached, "memcached", "", "memcached addresses for the TIME_WAIT count (default: from the server's metrics)")
+	fs.DurationVar(&f.sampleEvery, "sample-every", 500*time.Millisecond, "vital signs sampling interval")
+	fs.DurationVar(&f.progress, "progress", 2*time.Second, "progress line interval (0: none)")
+	fs.BoolVar(&f.warm, "warm", false, "read every URI of the URI file once before the run")
+	fs.IntVar(&f.warmBatch, "warm-batch", 1000, "URIs per warm-up request")
+	fs.IntVar(&f.warmConcurrency, "warm-concurrency", 4, "warm-up requests in flight")
+	fs.StringVar(&f.jsonOut, "json", "", "write the report as JSON to this file")
+	fs.StringVar(&f.htmlOut, "html", "", "write the report as a self-contained HTML page to this file")
+	fs.BoolVar(&f.compare, "compare", false, "compare two JSON reports given as arguments: --compare A.json B.json")
+	fs.Var(&f.slos, "slo", "target, e.g. 'client=feed,p99<50ms,errors=0' (repeatable); exit 3 when missed")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	f.compareArgs = fs.Args()
+	switch {
+	case f.compare && len(f.compareArgs) != 2:
+		return nil, fmt.Errorf("--compare takes two JSON reports, got %d arguments", len(f.compareArgs))
+	case !f.compare && len(f.compareArgs) > 0:
+		return nil, fmt.Errorf("unexpected arguments %q", f.compareArgs)
+	case f.scenarioFile != "" && f.preset != "":
+		return nil, errors.New("give --scenario or --preset, not both")
+	case !f.compare && f.scenarioFile == "" && f.preset == "" && f.replay == "":
+		return nil, errors.New("nothing to send: give --scenario FILE, --preset NAME or --replay TRACE")
+	}
+	return f, nil
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	f, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice-load:", err)
+		return exitError
+	}
+	if f.compare {
+		return compare(f, stdout, stderr)
+	}
+	code, err := load(ctx, f, stdout, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice-load:", err)
+		return exitError
+	}
+	return code
+}
+
+func compare(f *flags, stdout, stderr io.Writer) int {
+	a, err := report.ReadJSON(f.compareArgs[0])
+	if err == nil {
+		var b *report.Report
+		if b, err = report.ReadJSON(f.compareArgs[1]); err == nil {
+			err = report.Compare(stdout, a, b, f.compareArgs[0], f.compareArgs[1])
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice-load:", err)
+		return exitError
+	}
+	return exitOK
+}
+
+func load(ctx context.Context, f *flags, stdout, stderr io.Writer) (int, error) {
+	targets, err := parseSLOs(f.slos)
+	if err != nil {
+		return exitError, err
+	}
+	opts, closeRecord, err := buildOptions(f, stderr)
+	if err != nil {
+		return exitError, err
+	}
+	if f.warm {
+		if err := warm(ctx, f, opts.Scenario, stderr); err != nil {
+			return exitError, err
+		}
+	}
+	r, err := loadgen.Run(ctx, opts)
+	if cerr := closeRecord(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return exitError, err
+	}
+	for _, t := range targets {
+		r.SLO = append(r.SLO, slo.Check(t, r)...)
+	}
+	if err := writeOutputs(f, r, stdout); err != nil {
+		return exitError, err
+	}
+	if !slo.Met(r.SLO) {
+		return exitSLOMissed, nil
+	}
+	return exitOK, nil
+}
+
+func parseSLOs(specs []string) ([]slo.Target, error) {
+	var out []slo.Target
+	for _, s := range specs {
+		t, err := slo.Parse(s)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+func writeOutputs(f *flags, r *report.Report, stdout io.Writer) error {
+	if err := report.WriteTable(stdout, r); err != nil {
+		return err
+	}
+	if f.jsonOut != "" {
+		if err := report.WriteFile(f.jsonOut, r, report.WriteJSON); err != nil {
+			return err
+		}
+	}
+	if f.htmlOut != "" {
+		if err := report.WriteFile(f.htmlOut, r, report.WriteHTML); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// buildOptions assembles the run from the flags; the returned function
+// flushes and closes the recorded trace.
+func buildOptions(f *flags, stderr io.Writer) (loadgen.Options, func() error, error) {
+	noop := func() error { return nil }
+	s, err := buildScenario(f)
+	if err != nil {
+		return loadgen.Options{}, noop, err
+	}
+	opts := loadgen.Options{Target: f.target, Scenario: s, Speed: f.speed}
+	if f.progress > 0 {
+		opts.Progress, opts.ProgressEvery = stderr, f.progress
+	}
+	if f.metrics != "" {
+		opts.Vitals = &vitals.Config{MetricsURL: f.metrics, PID: f.serverPID, Interval: f.sampleEvery}
+		if f.memcached != "" {
+			opts.Vitals.Memcached = strings.Split(f.memcached, ",")
+		}
+	}
+	if f.replay != "" {
+		if opts.Replay, err = readTrace(f.replay); err != nil {
+			return loadgen.Options{}, noop, err
+		}
+	}
+	if f.record == "" {
+		return opts, noop, nil
+	}
+	file, err := os.Create(f.record)
+	if err != nil {
+		return loadgen.Options{}, noop, fmt.Errorf("--record: %w", err)
+	}
+	opts.Record = trace.NewWriter(file, f.recordURIs)
+	return opts, func() error {
+		err := opts.Record.Flush()
+		return errors.Join(err, file.Close())
+	}, nil
+}
+
+func readTrace(path string) ([]trace.Entry, error) {
+	file, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("--replay: %w", err)
+	}
+	defer file.Close()
+	entries, err := trace.Read(file)
+	if err != nil {
+		return nil, fmt.Errorf("--replay %s: %w", path, err)
+	}
+	return entries, nil
+}
+
+// buildScenario loads the scenario or preset and applies the overriding
+// flags.
+func buildScenario(f *flags) (scenario.Scenario, error) {
+	var s scenario.Scenario
+	var err error
+	switch {
+	case f.preset != "":
+		s, err = scenario.Preset(f.preset, f.uris)
+	case f.scenarioFile != "":
+		s, err = scenario.Load(f.scenarioFile)
+	default:
+		s = scenario.Scenario{Name: "replay of " + f.replay}
+	}
+	if err != nil {
+		return s, err
+	}
+	if f.without != "" {
+		s.Clients = without(s.Clients, strings.Split(f.without, ","))
+		s.Name += " without " + f.without
+	}
+	if f.uris != "" {
+		s.URIs.File = f.uris
+	}
+	for i := range s.Clients {
+		c := &s.Clients[i]
+		if f.duration > 0 {
+			c.Duration = f.duration
+		}
+		if f.maxOutstanding > 0 {
+			c.MaxOutstanding = f.maxOutstanding
+		}
+		if c.URIs != nil && f.uris != "" {
+			c.URIs.File = f.uris
+		}
+	}
+	if f.duration > 0 {
+		s.Duration = f.duration
+	}
+	if f.missing >= 0 {
+		s.URIs.Missing = f.missing
+	}
+	return s, nil
+}
+
+func without(clients []scenario.Client, names []string) []scenario.Client {
+	var out []scenario.Client
+	for _, c := range clients {
+		keep := true
+		for _, n := range names {
+			keep = keep && c.Name != strings.TrimSpace(n)
+		}
+		if keep {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func warm(ctx context.Context, f *flags, s scenario.Scenario, stderr io.Writer) error {
+	if s.URIs.File == "" {
+		return errors.New("--warm needs a URI file (--uris)")
+	}
+	uris, err := scenario.ReadURIs(s.URIs.File)
+	if err != nil {
+		return err
+	}
+	return loadgen.Warm(ctx, f.target, uris, f.warmBatch, f.warmConcurrency, stderr)
+}

@@ -1,0 +1,117 @@
+package report
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+)
+
+// WriteTable writes the per-client table and the vital signs as text.
+func WriteTable(w io.Writer, r *Report) error {
+	fmt.Fprintf(w, "scenario %s against %s, %.1fs\n\n", r.Scenario, r.Target, r.ElapsedSeconds)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "client\tmethod\tscheduled\tsent\tdropped\tlate\tok\terrors by code\titems/s\tp50 ms\tp90 ms\tp99 ms\tp99.9 ms\tmax ms\t")
+	for _, c := range r.Clients {
+		l := c.Latency
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\t%.0f\t%s\t%s\t%s\t%s\t%s\t\n",
+			c.Name, c.Method, c.Scheduled, c.Sent, c.Dropped, c.Late, c.OK, Codes(c.Codes), c.ItemsPerSec,
+			fmtMS(l.P50), fmtMS(l.P90), fmtMS(l.P99), fmtMS(l.P999), fmtMS(l.Max))
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	if r.Vitals != nil {
+		fmt.Fprintln(w)
+		if err := writeVitals(w, r.Vitals); err != nil {
+			return err
+		}
+	}
+	if len(r.SLO) > 0 {
+		fmt.Fprintln(w)
+		for _, s := range r.SLO {
+			verdict := "met"
+			if !s.Met {
+				verdict = "MISSED"
+			}
+			fmt.Fprintf(w, "SLO %-6s %s [%s]: %s\n", verdict, s.Spec, s.Client, s.Detail)
+		}
+	}
+	return nil
+}
+
+// Codes formats error counts by code, "-" when there are none.
+func Codes(codes map[string]int64) string {
+	if len(codes) == 0 {
+		return "-"
+	}
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(codes)) {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, codes[k]))
+	}
+	return strings.Join(parts, " ")
+}
+
+func fmtMS(v float64) string {
+	switch {
+	case v >= 100:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 10:
+		return fmt.Sprintf("%.1f", v)
+	}
+	return fmt.Sprintf("%.2f", v)
+}
+
+// figure is one vital sign: its name, its key in Sources, and how to
+// read and format it.
+type figure struct {
+	name, key string
+	get       func(Sample) float64
+	format    func(float64) string
+}
+
+func count(v float64) string { return fmt.Sprintf("%.0f", v) }
+func mib(v float64) string   { return fmt.Sprintf("%.0f MiB", v/(1<<20)) }
+
+// Figures are the vital signs in report order.
+var figures = []figure{
+	{"goroutines", "goroutines", func(s Sample) float64 { return s.Goroutines }, count},
+	{"OS threads", "threads", func(s Sample) float64 { return s.Threads }, count},
+	{"RSS", "rss", func(s Sample) float64 { return s.RSSBytes }, mib},
+	{"memcached connections", "memcached_conns", func(s Sample) float64 { return s.MemcachedConns }, count},
+	{"memcached dials (total)", "memcached_dials", func(s Sample) float64 { return s.MemcachedDials }, count},
+	{"TIME_WAIT toward memcached", "time_wait", func(s Sample) float64 { return s.MemcachedTWait }, count},
+	{"cache errors (total)", "cache_errors", func(s Sample) float64 { return s.CacheErrors }, count},
+}
+
+func writeVitals(w io.Writer, v *Vitals) error {
+	fmt.Fprintf(w, "server vital signs (%d samples)\n", len(v.Samples))
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "figure\tfirst\tpeak\tlast\tsource")
+	for _, f := range figures {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", f.name, orUnknown(f, f.get(v.First)), orUnknown(f, f.get(v.Peak)), orUnknown(f, f.get(v.Last)), orDash(v.Sources[f.key]))
+	}
+	for _, e := range v.Errors {
+		fmt.Fprintf(tw, "scrape error\t%s\n", e)
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
+	return nil
+}
+
+func orUnknown(f figure, v float64) string {
+	if v < 0 {
+		return "n/a"
+	}
+	return f.format(v)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

@@ -1,0 +1,373 @@
+// Package vitals samples a server's vital signs during a load run:
+// goroutines, OS threads, resident memory, memcached connections and
+// dials, cache errors, and sockets in TIME_WAIT toward memcached.
+//
+// Figures come from the server's Prometheus /metrics (names as in the
+// README's "Metrics" section), with two local fallbacks for what the
+// metrics may not carry:
+//
+//   - TIME_WAIT: sluice_memcached_sockets{server,state="TIME_WAIT"} when
+//     the server exports it; otherwise the kernel's socket table
+//     (package sockets), which works only when memcached's address is on
+//     this machine. TIME_WAIT sockets belong to no process, so that count
+//     is every such socket with either end at memcached's address: the
+//     server's side when it closed first (a full idle pool), memcached's
+//     side when memcached did (its connection limit).
+//   - OS threads: /proc/<pid>/status when the server's pid is known, else
+//     sluice_process_os_threads, else go_threads (threads the Go runtime
+//     created, which never shrinks).
+//
+// The sampler only reads; it never changes the server.
+package vitals
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/sluice-dev/sluice/internal/loadgen/report"
+	"github.com/sluice-dev/sluice/internal/sockets"
+)
+
+// Config says where to read the server's vital signs.
+type Config struct {
+	// MetricsURL is the server's /metrics, e.g.
+	// http://127.0.0.1:8080/metrics.
+	MetricsURL string
+	// PID is the server's process id on this machine; 0 when unknown.
+	PID int
+	// Memcached lists memcached addresses for the TIME_WAIT count; when
+	// empty they are read from the server label of
+	// sluice_memcached_dials_total.
+	Memcached []string
+	// Interval is the time between samples. Default 500ms.
+	Interval time.Duration
+}
+
+// Metric names read from /metrics.
+const (
+	mGoroutines = "go_goroutines"
+	mGoThreads  = "go_threads"
+	mOSThreads  = "sluice_process_os_threads"
+	mRSS        = "process_resident_memory_bytes"
+	mConns      = "sluice_memcached_connections_open"
+	mDials      = "sluice_memcached_dials_total"
+	mSockets    = "sluice_memcached_sockets"
+	mCacheErrs  = "sluice_cache_errors_total"
+)
+
+// Sampler samples a server until its context ends.
+type Sampler struct {
+	cfg    Config
+	client *http.Client
+	start  time.Time
+
+	mu      sync.Mutex
+	mcAddrs []string // memcached addresses, once known
+	samples []report.Sample
+	sources map[string]string
+	errors  []string
+}
+
+// New returns a Sampler for cfg.
+func New(cfg Config) *Sampler {
+	if cfg.Interval <= 0 {
+		cfg.Interval = 500 * time.Millisecond
+	}
+	return &Sampler{
+		cfg:     cfg,
+		client:  &http.Client{Timeout: 2 * time.Second},
+		sources: map[string]string{},
+	}
+}
+
+// Run samples every Interval until ctx ends, once more at the end.
+func (s *Sampler) Run(ctx context.Context) {
+	s.start = time.Now()
+	t := time.NewTicker(s.cfg.Interval)
+	defer t.Stop()
+	for {
+		s.sampleOnce(ctx)
+		select {
+		case <-ctx.Done():
+			final, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			s.sampleOnce(final)
+			cancel()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Sampler) sampleOnce(ctx context.Context) {
+	smp, sources, err := s.Sample(ctx)
+	smp.Seconds = time.Since(s.start).Seconds()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.samples = append(s.samples, smp)
+	for k, v := range sources {
+		s.sources[k] = v
+	}
+	if err != nil && len(s.errors) < 5 {
+		s.errors = append(s.errors, err.Error())
+	}
+}
+
+// Sample reads every figure once, and says where each came from.
+func (s *Sampler) Sample(ctx context.Context) (report.Sample, map[string]string, error) {
+	smp := report.Sample{Goroutines: -1, Threads: -1, RSSBytes: -1, MemcachedConns: -1, MemcachedDials: -1, MemcachedTWait: -1, CacheErrors: -1}
+	src := map[string]string{}
+	fams, err := s.scrape(ctx)
+	if err == nil {
+		smp.ScrapeSucceeded = true
+		smp.Goroutines = pick(fams, src, "goroutines", mGoroutines)
+		smp.RSSBytes = pick(fams, src, "rss", mRSS)
+		smp.MemcachedConns = pick(fams, src, "memcached_conns", mConns)
+		smp.MemcachedDials = pick(fams, src, "memcached_dials", mDials)
+		smp.CacheErrors = pick(fams, src, "cache_errors", mCacheErrs)
+		smp.Threads = pick(fams, src, "threads", mOSThreads, mGoThreads)
+		if v, ok := sumWhere(fams[mSockets], "state", "TIME_WAIT"); ok {
+			smp.MemcachedTWait, src["time_wait"] = v, mSockets+`{state="TIME_WAIT"}`
+		}
+	}
+	if s.cfg.PID > 0 {
+		s.fromProc(&smp, src)
+	}
+	if smp.MemcachedTWait < 0 {
+		s.timeWaitFromKernel(fams, &smp, src)
+	}
+	return smp, src, err
+}
+
+// fromProc reads threads (and RSS when the metrics lack it) from
+// /proc/<pid>/status.
+func (s *Sampler) fromProc(smp *report.Sample, src map[string]string) {
+	path := fmt.Sprintf("/proc/%d/status", s.cfg.PID)
+	st, err := procStatus(path)
+	if err != nil {
+		return
+	}
+	if v, ok := st["Threads"]; ok {
+		smp.Threads, src["threads"] = v, path
+	}
+	if v, ok := st["VmRSS"]; ok && smp.RSSBytes < 0 {
+		smp.RSSBytes, src["rss"] = v*1024, path
+	}
+}
+
+func (s *Sampler) timeWaitFromKernel(fams map[string]*dto.MetricFamily, smp *report.Sample, src map[string]string) {
+	addrs := s.memcachedAddrs(fams)
+	targets := localAddrs(addrs)
+	if len(targets) == 0 {
+		return
+	}
+	all, err := sockets.All()
+	if err != nil {
+		return
+	}
+	n := 0
+	for _, sk := range all {
+		if sk.State == sockets.TimeWait && (targets[sk.Remote] || targets[sk.Local]) {
+			n++
+		}
+	}
+	smp.MemcachedTWait, src["time_wait"] = float64(n), "/proc/net/tcp (TIME_WAIT with either end at "+strings.Join(addrs, ",")+")"
+}
+
+// memcachedAddrs returns the configured memcached addresses, or those
+// the server's metrics named, remembered so that a failed scrape (an
+// overloaded server) does not lose the TIME_WAIT count.
+func (s *Sampler) memcachedAddrs(fams map[string]*dto.MetricFamily) []string {
+	if len(s.cfg.Memcached) > 0 {
+		return s.cfg.Memcached
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if found := labelValues(fams[mDials], "server"); len(found) > 0 {
+		s.mcAddrs = found
+	}
+	return s.mcAddrs
+}
+
+func (s *Sampler) scrape(ctx context.Context) (map[string]*dto.MetricFamily, error) {
+	if s.cfg.MetricsURL == "" {
+		return nil, fmt.Errorf("vitals: no metrics URL")
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.cfg.MetricsURL, nil)
+	if err != nil {
+		return nil, fmt.Errorf("vitals: %w", err)
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("vitals: scrape %s: %w", s.cfg.MetricsURL, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("vitals: scrape %s: %s", s.cfg.MetricsURL, resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("vitals: parse %s: %w", s.cfg.MetricsURL, err)
+	}
+	return fams, nil
+}
+
+// Result returns every sample with the first, last and peak values.
+func (s *Sampler) Result() *report.Vitals {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v := &report.Vitals{Sources: s.sources, Samples: s.samples, Errors: s.errors}
+	if len(s.samples) == 0 {
+		return v
+	}
+	// First and last are scrapes that succeeded; peaks are over every
+	// sample, since /proc and the socket table answer even when an
+	// overloaded server does not (its figures are -1 then).
+	var ok []report.Sample
+	for _, x := range s.samples {
+		if x.ScrapeSucceeded {
+			ok = append(ok, x)
+		}
+	}
+	if len(ok) == 0 {
+		ok = s.samples
+	}
+	v.First, v.Last, v.Peak = ok[0], ok[len(ok)-1], s.samples[0]
+	for _, x := range s.samples[1:] {
+		p := &v.Peak
+		p.Goroutines = max(p.Goroutines, x.Goroutines)
+		p.Threads = max(p.Threads, x.Threads)
+		p.RSSBytes = max(p.RSSBytes, x.RSSBytes)
+		p.MemcachedConns = max(p.MemcachedConns, x.MemcachedConns)
+		p.MemcachedDials = max(p.MemcachedDials, x.MemcachedDials)
+		p.MemcachedTWait = max(p.MemcachedTWait, x.MemcachedTWait)
+		p.CacheErrors = max(p.CacheErrors, x.CacheErrors)
+		p.Seconds = max(p.Seconds, x.Seconds)
+	}
+	return v
+}
+
+// pick returns the sum of the first of names the families hold, noting
+// its source; -1 when none is there.
+func pick(fams map[string]*dto.MetricFamily, src map[string]string, figure string, names ...string) float64 {
+	for _, n := range names {
+		if fam, ok := fams[n]; ok {
+			src[figure] = n
+			v, _ := sumWhere(fam, "", "")
+			return v
+		}
+	}
+	return -1
+}
+
+// sumWhere adds a family's series whose label equals value
+// (case-insensitively; every series when label is empty).
+func sumWhere(fam *dto.MetricFamily, label, value string) (float64, bool) {
+	if fam == nil {
+		return 0, false
+	}
+	var total float64
+	found := false
+	for _, m := range fam.GetMetric() {
+		if label != "" && !hasLabel(m, label, value) {
+			continue
+		}
+		found = true
+		switch {
+		case m.Counter != nil:
+			total += m.Counter.GetValue()
+		case m.Gauge != nil:
+			total += m.Gauge.GetValue()
+		case m.Untyped != nil:
+			total += m.Untyped.GetValue()
+		}
+	}
+	return total, found
+}
+
+func hasLabel(m *dto.Metric, name, value string) bool {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == name && strings.EqualFold(l.GetValue(), value) {
+			return true
+		}
+	}
+	return false
+}
+
+func labelValues(fam *dto.MetricFamily, name string) []string {
+	var out []string
+	for _, m := range fam.GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == name {
+				out = append(out, l.GetValue())
+			}
+		}
+	}
+	return out
+}
+
+// localAddrs resolves addrs, keeping those on this machine (loopback or
+// one of its interfaces).
+func localAddrs(addrs []string) map[netip.AddrPort]bool {
+	out := map[netip.AddrPort]bool{}
+	for _, a := range addrs {
+		tcp, err := net.ResolveTCPAddr("tcp", a)
+		if err != nil {
+			continue
+		}
+		ap := tcp.AddrPort()
+		ap = netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port())
+		if ap.Addr().IsLoopback() || isLocal(ap.Addr()) {
+			out[ap] = true
+		}
+	}
+	return out
+}
+
+func isLocal(a netip.Addr) bool {
+	ifaddrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return false
+	}
+	for _, ia := range ifaddrs {
+		if p, err := netip.ParsePrefix(ia.String()); err == nil && p.Addr().Unmap() == a {
+			return true
+		}
+	}
+	return false
+}
+
+// procStatus parses the numeric fields of a /proc/<pid>/status file
+// ("Threads:\t12", "VmRSS:\t 1234 kB").
+func procStatus(path string) (map[string]float64, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("vitals: %w", err)
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(raw), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		fields := strings.Fields(v)
+		if len(fields) == 0 {
+			continue
+		}
+		if n, err := strconv.ParseFloat(fields[0], 64); err == nil {
+			out[k] = n
+		}
+	}
+	return out, nil
+}

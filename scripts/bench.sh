@@ -1,0 +1,179 @@
+#!/usr/bin/env bash
+# `make bench`: measures sluice on this machine and writes docs/BENCHMARKS.md.
+#
+# Each part is a function that writes a Markdown fragment to $OUT/md/NN-name.md
+# and logs the commands it ran (run_logged) to $OUT/md/NN-name.cmds; the
+# document is the header followed by every fragment, in file-name order,
+# each with its commands. To add a part, write one more function and add
+# one line to the list at the bottom.
+#
+# Environment: SLUICE_BENCH_POSTS (50000), SLUICE_BENCH_RUN (incident run
+# length, 40s), SLUICE_BENCH_TPUT (closed-loop length per path, 10s),
+# SLUICE_BENCH_CONCURRENCY (16), SLUICE_BENCH_DIR (.bench).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=${SLUICE_BENCH_DIR:-.bench}
+POSTS=${SLUICE_BENCH_POSTS:-50000}
+RUN=${SLUICE_BENCH_RUN:-40s}
+TPUT=${SLUICE_BENCH_TPUT:-10s}
+CONC=${SLUICE_BENCH_CONCURRENCY:-16}
+CAP=64 # sluice's --memcached-max-conns
+DOC=docs/BENCHMARKS.md
+BIN=$OUT/bin
+DATA=$OUT/data
+URIS=$DATA/uris.txt
+BASE_PORT=${SLUICE_BENCH_BASE_PORT:-24000}  # below the ephemeral range (32768+), which the naive server fills
+
+log() { echo "bench: $*" >&2; }
+
+PIDS=()
+cleanup() {
+  local p
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+
+# run_logged PART CMD… runs CMD and appends it to PART's command list.
+run_logged() {
+  local part=$1; shift
+  echo "$*" >>"$OUT/md/$part.cmds"
+  "$@"
+}
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+wait_port() {
+  for _ in $(seq 100); do port_open "$1" && return 0; sleep 0.1; done
+  log "nothing listens on port $1"; exit 1
+}
+stop_pid() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
+
+# start_memcached PART PORT: a fresh memcached with the production defaults
+# (1,024 connections) and room for the dataset. Sets MC_PID.
+start_memcached() {
+  local user=()
+  [[ $(id -u) -eq 0 ]] && user=(-u root)
+  echo "memcached -l 127.0.0.1 -p $2 -U 0 -m 1024 -c 1024 &" >>"$OUT/md/$1.cmds"
+  /usr/bin/memcached -l 127.0.0.1 -p "$2" -U 0 -m 1024 -c 1024 "${user[@]}" &
+  MC_PID=$!; PIDS+=("$MC_PID")
+  wait_port "$2"
+}
+
+# start_sluice PART MCPORT GRPCPORT HTTPPORT. Sets SRV_PID.
+start_sluice() {
+  echo "$BIN/sluice serve --data-dir $DATA --memcached 127.0.0.1:$2 --memcached-max-conns $CAP --grpc-addr 127.0.0.1:$3 --http-addr 127.0.0.1:$4 &" >>"$OUT/md/$1.cmds"
+  "$BIN/sluice" serve --data-dir "$DATA" --memcached "127.0.0.1:$2" --memcached-max-conns "$CAP" \
+    --grpc-addr "127.0.0.1:$3" --http-addr "127.0.0.1:$4" 2>>"$OUT/sluice.log" &
+  SRV_PID=$!; PIDS+=("$SRV_PID")
+  wait_port "$3"; wait_port "$4"
+}
+
+# start_naive PART MCPORT GRPCPORT HTTPPORT LOG. Sets SRV_PID.
+start_naive() {
+  echo "$BIN/sluice-naive --data-dir $DATA --memcached 127.0.0.1:$2 --grpc-addr 127.0.0.1:$3 --http-addr 127.0.0.1:$4 --log $5 &" >>"$OUT/md/$1.cmds"
+  "$BIN/sluice-naive" --data-dir "$DATA" --memcached "127.0.0.1:$2" --grpc-addr "127.0.0.1:$3" \
+    --http-addr "127.0.0.1:$4" --log "$5" 2>>"$OUT/naive.log" &
+  SRV_PID=$!; PIDS+=("$SRV_PID")
+  wait_port "$3"; wait_port "$4"
+}
+
+part_setup() {
+  scripts/apt-install.sh memcached
+  rm -rf "$OUT"; mkdir -p "$OUT/md" "$BIN" "$DATA"
+  go build -o "$BIN/" ./cmd/sluice ./cmd/sluice-load ./bench/cmd/sluice-bench ./bench/naive/cmd/sluice-naive
+  run_logged 00-setup "$BIN/sluice" seed --data-dir "$DATA" --posts "$POSTS" --uris-out "$URIS"
+}
+
+part_cachehit() {
+  local p=10-cachehit mc=$((BASE_PORT + 11)) g=$((BASE_PORT + 51)) h=$((BASE_PORT + 80))
+  start_memcached $p $mc; local mcpid=$MC_PID
+  start_sluice $p $mc $g $h
+  run_logged $p "$BIN/sluice-bench" cachehit --target 127.0.0.1:$g --memcached 127.0.0.1:$mc --uris "$URIS" \
+    --concurrency "$CONC" --batch 50 --duration "$TPUT" --md "$OUT/md/$p.md"
+  stop_pid "$SRV_PID"; stop_pid "$mcpid"
+}
+
+# incident_run PART SERVER(sluice|naive) NAME [EXTRA sluice-load flags…]
+incident_run() {
+  local p=$1 server=$2 name=$3; shift 3
+  local n=${#PIDS[@]}
+  local mc=$((BASE_PORT + 20 + n)) g=$((BASE_PORT + 60 + n)) h=$((BASE_PORT + 90 + n))
+  start_memcached "$p" $mc; local mcpid=$MC_PID
+  if [[ $server == sluice ]]; then start_sluice "$p" $mc $g $h; else start_naive "$p" $mc $g $h "$OUT/$name-cache-errors.log"; fi
+  log "incident: $name"
+  run_logged "$p" "$BIN/sluice-load" --preset incident --uris "$URIS" --duration "$RUN" --warm \
+    --target 127.0.0.1:$g --metrics http://127.0.0.1:$h/metrics --server-pid "$SRV_PID" --memcached 127.0.0.1:$mc \
+    --json "$OUT/$name.json" --html "$OUT/$name.html" --progress 10s "$@" >"$OUT/$name.txt"
+  cat "$OUT/$name.txt" >&2
+  stop_pid "$SRV_PID"; stop_pid "$mcpid"
+}
+
+part_incident() {
+  local p=20-incident
+  incident_run $p sluice sluice-incident
+  incident_run $p sluice sluice-nobulk --without bulk
+  incident_run $p naive naive-incident
+  incident_run $p naive naive-nobulk --without bulk
+  # The bound sluice's default config implies: every admitted request runs
+  # a handler (plus gRPC's stream goroutine), and fan-out tasks never exceed
+  # the in-flight item budget; plus a fixed 200 for the runtime, gRPC and
+  # admin servers.
+  local bound=$((1024 * 2 + 20000 + 200))
+  run_logged $p "$BIN/sluice-bench" incident --sluice "$OUT/sluice-incident.json" --sluice-nobulk "$OUT/sluice-nobulk.json" \
+    --naive "$OUT/naive-incident.json" --naive-nobulk "$OUT/naive-nobulk.json" --cap $CAP \
+    --goroutine-bound $bound --goroutine-bound-note "1,024 requests × 2 + 20,000 items + 200" --md "$OUT/md/$p.md"
+}
+
+part_coldpath() {
+  local p=30-coldpath mc=$((BASE_PORT + 12)) g=$((BASE_PORT + 52)) h=$((BASE_PORT + 81))
+  start_memcached $p $mc; local mcpid=$MC_PID
+  start_sluice $p $mc $g $h
+  run_logged $p "$BIN/sluice-bench" coldpath --target 127.0.0.1:$g --metrics http://127.0.0.1:$h/metrics --uris "$URIS" \
+    --concurrency "$CONC" --batch 50 --duration 120s --out "$OUT/coldpath.json"
+  stop_pid "$SRV_PID"; stop_pid "$mcpid"
+  run_logged $p "$BIN/sluice-bench" storeread --data-dir "$DATA" --uris "$URIS" --concurrency "$CONC" --batch 50 \
+    --fanout 50 --duration 120s --sluice "$OUT/coldpath.json" --md "$OUT/md/$p.md"
+}
+
+assemble() {
+  local f part
+  {
+    echo "# Benchmarks"
+    echo
+    echo "One full \`make bench\` run on this machine ($(nproc) cores, $(uname -sr), $(go version | cut -d' ' -f3)), $(date -u +%Y-%m-%d)."
+    echo "The servers, memcached and the load generator share the same cores, so every figure is"
+    echo "compared with a baseline measured in the same run; absolute numbers say little."
+    echo "Durations are scaled to fit a 2-core machine in a few minutes: $POSTS seeded posts,"
+    echo "$TPUT per closed-loop path, $RUN per \`incident\` run. Raw reports (JSON, HTML, text) are"
+    echo "left in \`$OUT/\` by the run. Load average (1, 5, 15 min) at the start: $LOADAVG_START; at the end:"
+    echo "$(cut -d' ' -f1-3 /proc/loadavg) — the machine is shared, so expect noise."
+    echo
+    for f in "$OUT"/md/*.md; do
+      part=${f%.md}
+      cat "$f"
+      if [[ -s $part.cmds ]]; then
+        echo
+        echo "Commands:"
+        echo
+        echo '```sh'
+        cat "$part.cmds"
+        echo '```'
+      fi
+      echo
+    done
+    if [[ -s $OUT/md/00-setup.cmds ]]; then
+      echo "Dataset: \`$(cat "$OUT/md/00-setup.cmds")\`"
+    fi
+  } >"$DOC"
+  log "wrote $DOC"
+}
+
+started=$(date +%s)
+LOADAVG_START=$(cut -d' ' -f1-3 /proc/loadavg)
+part_setup
+part_cachehit
+part_incident
+part_coldpath
+# one more part: add its function above and a line here
+assemble
+log "done in $(( $(date +%s) - started ))s"
