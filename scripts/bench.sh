@@ -61,8 +61,8 @@ start_memcached() {
 
 # start_sluice PART MCPORT GRPCPORT HTTPPORT. Sets SRV_PID.
 start_sluice() {
-  echo "$BIN/sluice serve --data-dir $DATA --memcached 127.0.0.1:$2 --memcached-max-conns $CAP --grpc-addr 127.0.0.1:$3 --http-addr 127.0.0.1:$4 &" >>"$OUT/md/$1.cmds"
-  "$BIN/sluice" serve --data-dir "$DATA" --memcached "127.0.0.1:$2" --memcached-max-conns "$CAP" \
+  echo "$BIN/sluice serve --config config/bench.yaml --data-dir $DATA --memcached 127.0.0.1:$2 --memcached-max-conns $CAP --grpc-addr 127.0.0.1:$3 --http-addr 127.0.0.1:$4 &" >>"$OUT/md/$1.cmds"
+  "$BIN/sluice" serve --config config/bench.yaml --data-dir "$DATA" --memcached "127.0.0.1:$2" --memcached-max-conns "$CAP" \
     --grpc-addr "127.0.0.1:$3" --http-addr "127.0.0.1:$4" 2>>"$OUT/sluice.log" &
   SRV_PID=$!; PIDS+=("$SRV_PID")
   wait_port "$3"; wait_port "$4"
