@@ -17,6 +17,7 @@ func parseServeFlags(args []string) (app.Config, error) {
 	maxConns := fs.Int("memcached-max-conns", def.Cache.MaxConnsPerServer, "hard cap on connections (in use + idle) per memcached server")
 	configPath := fs.String("config", "", "YAML config file (policies per method, cache TTLs, client list)")
 	drain := fs.Duration("drain-timeout", def.DrainTimeout, "how long SIGTERM waits for in-flight requests")
+	def.CQL.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return app.Config{}, err
 	}

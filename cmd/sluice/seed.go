@@ -6,12 +6,13 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/internal/guard/fanout"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/store/boltstore"
+	"github.com/sluice-dev/sluice/internal/store/cqlstore"
 	"github.com/sluice-dev/sluice/internal/synth"
 )
 
@@ -24,29 +25,49 @@ func seed(ctx context.Context, args []string) error {
 	seedVal := fs.Uint64("seed", 1, "random seed; the same seed writes the same posts")
 	authors := fs.Int("authors", 5000, "number of distinct authors")
 	ifEmpty := fs.Bool("if-empty", false, "do nothing if the store already holds records")
+	parallel := fs.Int("parallel", 32, "writes in flight at once (the CQL store writes one record per statement)")
+	cfg := app.DefaultConfig()
+	cfg.CQL.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *urisOut == "" {
 		return fmt.Errorf("seed: --uris-out is required")
 	}
-	if *n < 1 || *batch < 1 {
-		return fmt.Errorf("seed: --posts and --batch must be at least 1")
+	if *n < 1 || *batch < 1 || *parallel < 1 {
+		return fmt.Errorf("seed: --posts, --batch and --parallel must be at least 1")
 	}
-	st, err := boltstore.Open(filepath.Join(*dataDir, app.StoreFile), boltstore.Options{})
+	cfg.DataDir = *dataDir
+	if err := cfg.CQL.Validate(); err != nil {
+		return fmt.Errorf("seed: %w", err)
+	}
+	st, err := app.OpenStore(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
 	if *ifEmpty {
-		if count, err := st.Count(); err != nil {
+		if empty, err := isEmpty(ctx, st); err != nil {
 			return err
-		} else if count > 0 {
-			fmt.Fprintf(os.Stderr, "seed: store already holds %d records; nothing to do\n", count)
+		} else if !empty {
+			fmt.Fprintln(os.Stderr, "seed: store already holds records; nothing to do")
 			return nil
 		}
 	}
+	ctx = fanout.WithLimit(ctx, *parallel)
 	return writePosts(ctx, st, synth.New(*seedVal, *authors), *n, *batch, *urisOut)
+}
+
+// isEmpty asks either backend whether it holds no record.
+func isEmpty(ctx context.Context, st store.Store) (bool, error) {
+	switch s := st.(type) {
+	case *boltstore.Store:
+		count, err := s.Count()
+		return count == 0, err
+	case *cqlstore.Store:
+		return s.Empty(ctx)
+	}
+	return false, fmt.Errorf("seed: --if-empty is not supported by %T", st)
 }
 
 func writePosts(ctx context.Context, st store.Store, gen *synth.Generator, n, batch int, urisOut string) error {

@@ -372,3 +372,22 @@ func short(uri string) string {
 	}
 	return fmt.Sprintf("%q…(%d bytes)", uri[:maxURIInError], len(uri))
 }
+
+// Empty reports whether the records table holds no record. It reads at
+// most one row.
+func (s *Store) Empty(ctx context.Context) (bool, error) {
+	release, err := s.acquire(ctx)
+	if err != nil {
+		return false, fmt.Errorf("cqlstore: empty: %w", err)
+	}
+	defer release()
+	var uri string
+	err = s.idempotent(s.read.Query(`SELECT uri FROM records LIMIT 1`), ctx).Scan(&uri)
+	switch {
+	case errors.Is(err, gocql.ErrNotFound):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("cqlstore: empty: %w", queryError(ctx, "select", err))
+	}
+	return false, nil
+}
