@@ -51,6 +51,7 @@ func New(cfg Config, log *slog.Logger) (*App, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.CQL.Log = log
 	a := &App{cfg: cfg, log: log}
 	if err := a.build(); err != nil {
 		a.Close()

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -77,6 +78,9 @@ type Config struct {
 	// QueryObserver, when set, sees every query attempt (tests count
 	// concurrency with it). Not settable by flags.
 	QueryObserver gocql.QueryObserver
+	// Log receives the driver's log lines, at most one a second; nil
+	// means slog.Default().
+	Log *slog.Logger
 }
 
 // DefaultConfig returns the defaults, with no hosts.
@@ -200,6 +204,7 @@ func (c Config) cluster(cl gocql.Consistency) *gocql.ClusterConfig {
 		cc.HostFilter = onlyHosts(c.Hosts)
 	}
 	cc.QueryObserver = c.QueryObserver
+	cc.Logger = newDriverLogger(c.Log)
 	// No retries by default: only idempotent statements get the policy.
 	cc.RetryPolicy = nil
 	return cc

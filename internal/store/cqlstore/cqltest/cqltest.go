@@ -77,12 +77,16 @@ type Observer struct {
 	spans []span
 }
 
-type span struct{ start, end time.Time }
+type span struct {
+	start, end time.Time
+	statement  string
+	values     int
+}
 
 // ObserveQuery implements gocql.QueryObserver.
 func (o *Observer) ObserveQuery(_ context.Context, q gocql.ObservedQuery) {
 	o.mu.Lock()
-	o.spans = append(o.spans, span{q.Start, q.End})
+	o.spans = append(o.spans, span{q.Start, q.End, q.Statement, len(q.Values)})
 	o.mu.Unlock()
 }
 
@@ -119,4 +123,16 @@ func (o *Observer) Peak() (peak, n int) {
 		peak = max(peak, cur)
 	}
 	return peak, len(o.spans)
+}
+
+// Statements counts the attempts of each statement text, by the number of
+// values bound to it: "SELECT … WHERE uri = ? / 1 values".
+func (o *Observer) Statements() map[string]int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := map[string]int{}
+	for _, s := range o.spans {
+		out[fmt.Sprintf("%s / %d values", s.statement, s.values)]++
+	}
+	return out
 }
