@@ -5,7 +5,7 @@ GO ?= go
 TEST_FLAGS ?= -race -timeout 15m
 FUZZTIME ?= 5s
 
-.PHONY: help run build test unit generate fuzz fuzz-long vet deps-up deps-down clean
+.PHONY: help run build test unit generate fuzz fuzz-long vet deps-up deps-down clean compose-check bench
 
 help: ## list targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -26,7 +26,8 @@ vet: ## go vet, gofmt
 test: vet ## start real servers, run all tests and brief fuzzing
 	eval "$$(scripts/test-deps.sh up)" && \
 	$(GO) test $(TEST_FLAGS) ./... && \
-	$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME)
+	$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME) && \
+	$(MAKE) --no-print-directory compose-check
 
 fuzz: ## run each fuzz target for FUZZTIME (default 5s)
 	scripts/fuzz.sh $(FUZZTIME)
@@ -42,3 +43,9 @@ deps-down: ## stop them
 
 clean: ## remove build outputs and local data
 	rm -rf bin .data test-artifacts
+
+compose-check: ## validate docker-compose.yml with docker-compose config (no engine needed)
+	scripts/compose-check.sh
+
+bench: ## run the benchmarks against real servers; results go to docs/BENCHMARKS.md
+	scripts/bench-cql.sh

@@ -17,6 +17,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 VERSION=${CASSANDRA_VERSION:-5.0.8}
 CH="$ROOT/.deps/cassandra"
+mkdir -p "$CH"
 LIB="$CH/lib-$VERSION"
 RUN="$CH/run"
 PORT=${SLUICE_TEST_CASSANDRA_PORT:-9042}
@@ -165,7 +166,12 @@ port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; }
 # probe (a few lines of gocql), so no cqlsh or Python is needed.
 cql_ready() {
   port_open || return 1
-  go run ./scripts/cqlprobe "127.0.0.1:$PORT" >/dev/null 2>&1
+  probe >/dev/null 2>&1
+}
+
+probe() {
+  [[ -x $CH/cqlprobe ]] || go build -o "$CH/cqlprobe" ./scripts/cqlprobe
+  "$CH/cqlprobe" "127.0.0.1:$PORT"
 }
 
 up() {
@@ -203,10 +209,9 @@ up() {
 # wait_ready waits until CQL answers, failing fast if pid (when given) dies.
 wait_ready() {
   local pid=$1 start=$SECONDS last=-10
-  go build -o "$CH/cqlprobe" ./scripts/cqlprobe
   while ((SECONDS - start < START_TIMEOUT)); do
-    if port_open && "$CH/cqlprobe" "127.0.0.1:$PORT" >/dev/null 2>&1; then
-      log "Cassandra answers CQL on 127.0.0.1:$PORT after $((SECONDS - start))s ($("$CH/cqlprobe" "127.0.0.1:$PORT"))"
+    if cql_ready; then
+      log "Cassandra answers CQL on 127.0.0.1:$PORT after $((SECONDS - start))s ($(probe))"
       return
     fi
     if [[ -n $pid ]] && ! kill -0 "$pid" 2>/dev/null; then

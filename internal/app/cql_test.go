@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
+	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/store/cqlstore"
 	"github.com/sluice-dev/sluice/internal/store/cqlstore/cqltest"
 	"github.com/sluice-dev/sluice/internal/testenv"
@@ -117,7 +118,7 @@ func TestCQLOutageMidLoad(t *testing.T) {
 		t.Fatalf("warming the cache: %v", err)
 	}
 	misses := ts.uris(500, 1000)
-	timeout := DefaultConfig().Guard.Methods["GetPostRecords"].Timeout
+	timeout := getPolicy(t).Timeout
 
 	before := runLoad(t, ts, hits, misses[:50], time.Second)
 	checkAllOK(t, "before the outage", before)
@@ -217,4 +218,14 @@ func waitRecovery(t *testing.T, ts *testServer, uris []string, limit time.Durati
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// getPolicy returns the default policy of GetPostRecords.
+func getPolicy(t testing.TB) guard.Policy {
+	t.Helper()
+	p, ok := DefaultConfig().Guard.Methods[sluicev1.PostRecords_ServiceDesc.ServiceName+"/GetPostRecords"]
+	if !ok || p.Timeout <= 0 || p.Concurrency < 1 {
+		t.Fatalf("no usable default policy for GetPostRecords: %+v", p)
+	}
+	return p
 }
