@@ -28,7 +28,10 @@ section=$(mktemp)
   echo "against the same 500 SELECTs made directly with gocql at the method's"
   echo "concurrency (50), taking turns in the same run against the one Cassandra 5.0"
   echo "node of the test scripts. The ratio is what sluice keeps of the driver's"
-  echo "throughput; absolute figures depend on the machine and its load."
+  echo "throughput; absolute figures depend on the machine and its load. Per item,"
+  echo "sluice adds a memcached miss and refill, protobuf and gRPC encoding and the"
+  echo "guard's admission, and on this machine the benchmark's client, sluice and"
+  echo "the Cassandra JVM share the same cores."
   echo
   echo "Measured $(date -u +%Y-%m-%d) on $(nproc) cores ($(uname -m)), \`$CMD\`"
   echo "(run it with \`make bench\`):"

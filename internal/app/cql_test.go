@@ -74,6 +74,12 @@ func TestCQLBatchBoundedAndMatchesEmbedded(t *testing.T) {
 	}
 }
 
+// Tests that the write RPCs work on Cassandra: reads after a put or a
+// delete never return the old version, with the cache warm.
+func TestCQLReadAfterWriteAndDelete(t *testing.T) {
+	readAfterWriteAndDelete(t, withCQL(cqltest.Keyspace(t, "sluice_test_app_writes")))
+}
+
 // compareResponses fails unless got answers every URI exactly as want.
 func compareResponses(t *testing.T, uris []string, want, got *sluicev1.GetPostRecordsResponse) {
 	t.Helper()
