@@ -5,7 +5,7 @@ GO ?= go
 TEST_FLAGS ?= -race -timeout 15m
 FUZZTIME ?= 5s
 
-.PHONY: help run build test test-timing unit generate fuzz fuzz-long vet deps-up deps-down clean appview-test bench load-build
+.PHONY: help run build test test-timing unit generate fuzz fuzz-long vet deps-up deps-down clean appview-test compose-check bench load-build
 
 help: ## list targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -27,7 +27,8 @@ test: vet ## start real servers, run all tests and brief fuzzing
 	eval "$$(scripts/test-deps.sh up)" && \
 	$(GO) test $(TEST_FLAGS) ./... && \
 	$(MAKE) --no-print-directory test-timing && \
-	$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME)
+	$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME) && \
+	$(MAKE) --no-print-directory compose-check
 
 TIMING_TESTS ?= TestIncidentMix|TestOverloadShedsAndKeepsGoodput
 test-timing: ## the latency-ratio tests, without the race detector (make test runs them)
@@ -51,8 +52,12 @@ clean: ## remove build outputs and local data
 appview-test: ## the AppView's client stack (Node.js, connect-es) against a seeded sluice
 	eval "$$(scripts/test-deps.sh up)" && $(GO) test -count=1 -v -run . ./test/appview/
 
-bench: ## measure sluice beside raw memcached, the store and the naive baseline; write docs/BENCHMARKS.md
+compose-check: ## validate docker-compose.yml with docker-compose config (no engine needed)
+	scripts/compose-check.sh
+
+bench: ## measure sluice beside raw memcached, the store, the naive baseline and gocql; write docs/BENCHMARKS.md
 	scripts/bench.sh
+	scripts/bench-cql.sh
 
 load-build: ## build bin/sluice-load
 	$(GO) build -o bin/sluice-load ./cmd/sluice-load

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Starts and stops the real servers sluice's tests run against, installing
-# them from Debian's packages when missing; `up` also installs the Node.js
-# packages of the AppView client test (scripts/appview-deps.sh).
+# them from Debian's packages when missing: memcached, Prometheus and
+# Chromium, and one Cassandra node (scripts/cassandra.sh; a Cassandra already
+# answering on 9042 is reused); `up` also installs the Node.js packages of
+# the AppView client test (scripts/appview-deps.sh).
 #
 #   scripts/test-deps.sh up     start them; print the environment tests read
 #   scripts/test-deps.sh env    print that environment without starting anything
@@ -66,12 +68,13 @@ export SLUICE_TEST_MEMCACHED=127.0.0.1:$MEMCACHED_PORT
 export MEMCACHED_BIN=/usr/bin/memcached
 export PROMETHEUS_BIN=/usr/bin/prometheus
 export CHROMIUM_BIN=/usr/bin/chromium
+export CASSANDRA_ADDR=127.0.0.1:${SLUICE_TEST_CASSANDRA_PORT:-9042}
 ENV
 }
 
 case "${1:-}" in
-  up)   memcached_up; browser_deps; scripts/appview-deps.sh; print_env ;;
+  up)   memcached_up; browser_deps; scripts/appview-deps.sh; scripts/cassandra.sh up; print_env ;;
   env)  print_env ;;
-  down) stop_pidfile "$DEPS/memcached.pid"; log "stopped" ;;
+  down) stop_pidfile "$DEPS/memcached.pid"; scripts/cassandra.sh down; log "stopped" ;;
   *)    echo "usage: $0 up|env|down" >&2; exit 2 ;;
 esac

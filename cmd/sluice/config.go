@@ -26,6 +26,7 @@ func parseServe(args []string) (serveFlags, error) {
 	drain := fs.Duration("drain-timeout", def.DrainTimeout, "how long SIGTERM waits for in-flight requests")
 	otlp := fs.String("otlp-endpoint", "", "OTLP/gRPC collector for traces (host:port, plaintext, or a URL); empty: tracing off")
 	ratio := fs.Float64("trace-sample-ratio", -1, "share of new traces sampled, 0 to 1 (default: the config file's, else 0.01)")
+	def.CQL.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return serveFlags{}, err
 	}

@@ -1,9 +1,10 @@
 // Binary sluice serves post records over gRPC through a bounded memcached
 // pool in front of a record store, and carries the admin verbs that
-// prepare one: seed.
+// prepare one: seed and migrate.
 //
-//	sluice serve [flags]   serve gRPC and the admin HTTP endpoints
-//	sluice seed  [flags]   write synthetic posts into the embedded store
+//	sluice serve   [flags]   serve gRPC and the admin HTTP endpoints
+//	sluice seed    [flags]   write synthetic posts into the store
+//	sluice migrate [flags]   create or upgrade the CQL keyspace and tables
 package main
 
 import (
@@ -31,7 +32,8 @@ const usage = `usage: sluice <verb> [flags]
 
 verbs:
   serve   serve gRPC (default 127.0.0.1:50051) and admin HTTP (default 127.0.0.1:8080)
-  seed    write synthetic posts into the embedded store and their URIs to a file
+  seed    write synthetic posts into the store and their URIs to a file
+  migrate create or upgrade the CQL schema (keyspace, tables); a no-op when current
 
 Run "sluice <verb> -h" for a verb's flags.`
 
@@ -45,6 +47,8 @@ func run(ctx context.Context, args []string) error {
 		return serve(ctx, args[1:])
 	case "seed":
 		return seed(ctx, args[1:])
+	case "migrate":
+		return migrate(ctx, args[1:], os.Stderr)
 	case "-h", "-help", "--help", "help":
 		fmt.Fprintln(os.Stderr, usage)
 		return nil

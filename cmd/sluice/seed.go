@@ -6,13 +6,14 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/aturi"
+	"github.com/sluice-dev/sluice/internal/guard/fanout"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/store/boltstore"
+	"github.com/sluice-dev/sluice/internal/store/cqlstore"
 	"github.com/sluice-dev/sluice/internal/synth"
 )
 
@@ -26,33 +27,53 @@ func seed(ctx context.Context, args []string) error {
 	authors := fs.Int("authors", 5000, "number of distinct authors")
 	ifEmpty := fs.Bool("if-empty", false, "do nothing if the store already holds records")
 	collection := fs.String("collection", aturi.PostCollection, "collection of the records to write (NSID), e.g. app.bsky.feed.like for bsky.Service/GetLikeRecords")
+	parallel := fs.Int("parallel", 32, "writes in flight at once (the CQL store writes one record per statement)")
+	cfg := app.DefaultConfig()
+	cfg.CQL.RegisterFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *urisOut == "" {
 		return fmt.Errorf("seed: --uris-out is required")
 	}
-	if *n < 1 || *batch < 1 {
-		return fmt.Errorf("seed: --posts and --batch must be at least 1")
+	if *n < 1 || *batch < 1 || *parallel < 1 {
+		return fmt.Errorf("seed: --posts, --batch and --parallel must be at least 1")
 	}
 	if _, err := aturi.Parse("at://did:web:example.com/" + *collection + "/self"); err != nil {
 		return fmt.Errorf("seed: --collection %q is not an NSID such as app.bsky.feed.like: %w", *collection, err)
 	}
-	st, err := boltstore.Open(filepath.Join(*dataDir, app.StoreFile), boltstore.Options{})
+	cfg.DataDir = *dataDir
+	if err := cfg.CQL.Validate(); err != nil {
+		return fmt.Errorf("seed: %w", err)
+	}
+	st, err := app.OpenStore(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer st.Close()
 	if *ifEmpty {
-		if count, err := st.Count(); err != nil {
+		if empty, err := isEmpty(ctx, st); err != nil {
 			return err
-		} else if count > 0 {
-			fmt.Fprintf(os.Stderr, "seed: store already holds %d records; nothing to do\n", count)
+		} else if !empty {
+			fmt.Fprintln(os.Stderr, "seed: store already holds records; nothing to do")
 			return nil
 		}
 	}
+	ctx = fanout.WithLimit(ctx, *parallel)
 	gen := synth.New(*seedVal, *authors)
 	return writePosts(ctx, st, func() store.Record { return gen.NextIn(*collection) }, *n, *batch, *urisOut)
+}
+
+// isEmpty asks either backend whether it holds no record.
+func isEmpty(ctx context.Context, st store.Store) (bool, error) {
+	switch s := st.(type) {
+	case *boltstore.Store:
+		count, err := s.Count()
+		return count == 0, err
+	case *cqlstore.Store:
+		return s.Empty(ctx)
+	}
+	return false, fmt.Errorf("seed: --if-empty is not supported by %T", st)
 }
 
 // writePosts writes n records made by next (posts unless seed's

@@ -14,7 +14,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"path/filepath"
 	"time"
 
 	"github.com/sluice-dev/sluice/api/bsky"
@@ -28,7 +27,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/posts"
 	"github.com/sluice-dev/sluice/internal/rpc"
 	"github.com/sluice-dev/sluice/internal/store"
-	"github.com/sluice-dev/sluice/internal/store/boltstore"
 	"github.com/sluice-dev/sluice/internal/telemetry"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
@@ -37,6 +35,9 @@ import (
 
 // StoreFile is the embedded store's file name inside Config.DataDir.
 const StoreFile = "sluice.db"
+
+// storeOpenTimeout bounds connecting to the store at start-up.
+const storeOpenTimeout = 30 * time.Second
 
 // App is one assembled sluice server.
 type App struct {
@@ -70,6 +71,7 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*App, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg.CQL.Log = log
 	a := &App{cfg: cfg, log: log}
 	for _, opt := range opts {
 		opt(a)
@@ -82,7 +84,9 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*App, error) {
 }
 
 func (a *App) build() error {
-	st, err := boltstore.Open(filepath.Join(a.cfg.DataDir, StoreFile), boltstore.Options{})
+	openCtx, cancel := context.WithTimeout(context.Background(), storeOpenTimeout)
+	defer cancel()
+	st, err := OpenStore(openCtx, a.cfg)
 	if err != nil {
 		return err
 	}
@@ -209,7 +213,7 @@ func (a *App) Listen() (grpcLis, httpLis net.Listener, err error) {
 func (a *App) Serve(ctx context.Context, grpcLis, httpLis net.Listener) error {
 	a.log.Info("sluice serving", "grpc", grpcLis.Addr().String(), "admin", httpLis.Addr().String(),
 		"memcached", a.cfg.Cache.Servers, "memcached_max_conns", a.cfg.Cache.MaxConnsPerServer,
-		"data_dir", a.cfg.DataDir, "tls", false, "note", loopbackNote(grpcLis.Addr()))
+		"store", a.cfg.storeName(), "tls", false, "note", loopbackNote(grpcLis.Addr()))
 	g := new(errgroup.Group)
 	g.SetLimit(3)
 	g.Go(func() error { return a.Guard.Serve(grpcLis) })

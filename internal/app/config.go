@@ -14,6 +14,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/guard/budget"
 	"github.com/sluice-dev/sluice/internal/rpc"
+	"github.com/sluice-dev/sluice/internal/store/cqlstore"
 	"github.com/sluice-dev/sluice/internal/telemetry"
 	"gopkg.in/yaml.v3"
 )
@@ -52,6 +53,9 @@ type Config struct {
 	Guard          guard.Config
 	Cache          cache.Config
 	Telemetry      telemetry.Config
+	// CQL selects the CQL store when its Hosts are set; DataDir is then
+	// unused.
+	CQL cqlstore.Config
 }
 
 // DefaultConfig returns the defaults of every component, with the
@@ -65,6 +69,7 @@ func DefaultConfig() Config {
 		Guard:        guard.DefaultConfig(),
 		Cache:        cache.DefaultConfig(),
 		Telemetry:    telemetry.DefaultConfig(),
+		CQL:          cqlstore.DefaultConfig(),
 	}
 	for name, p := range rpc.DefaultPolicies() {
 		cfg.Guard.Methods[name] = p
@@ -163,6 +168,9 @@ func (c Config) Validate() error {
 		errs = append(errs, err)
 	}
 	if err := c.Telemetry.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.CQL.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if longest := c.longestTimeout(); c.Cache.TombstoneTTL <= longest {

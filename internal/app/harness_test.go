@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/common/model"
 	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
 	"github.com/sluice-dev/sluice/internal/guard/budget"
+	"github.com/sluice-dev/sluice/internal/guard/fanout"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/synth"
 	"github.com/sluice-dev/sluice/internal/testenv"
@@ -129,6 +130,7 @@ func (ts *testServer) seed(n int) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
 	defer cancel()
+	ctx = fanout.WithLimit(ctx, 32) // the CQL store writes one statement per record
 	for i := 0; i < len(ts.posts); i += 1000 {
 		if err := ts.app.Store.Put(ctx, ts.posts[i:min(i+1000, len(ts.posts))]); err != nil {
 			ts.t.Fatalf("seed: %v", err)

@@ -112,8 +112,12 @@ func checkRecord(t *testing.T, ts *testServer, uri string, rec *sluicev1.PostRec
 // Tests that reads after a write or a delete never return the old
 // version, with the cache warm, and that a cached "not found" is
 // replaced when the post is created.
-func TestReadAfterWriteAndDelete(t *testing.T) {
-	ts := startServer(t, 20, nil)
+func TestReadAfterWriteAndDelete(t *testing.T) { readAfterWriteAndDelete(t, nil) }
+
+// readAfterWriteAndDelete is TestReadAfterWriteAndDelete's body on the
+// backend mutate selects (nil: the embedded store).
+func readAfterWriteAndDelete(t *testing.T, mutate func(*Config)) {
+	ts := startServer(t, 20, mutate)
 	target, absent := ts.posts[3], ts.missing[0]
 	get := func(uri string) *sluicev1.PostRecord {
 		t.Helper()

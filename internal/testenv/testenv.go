@@ -6,7 +6,9 @@
 // memcached process with StartMemcached when they need to stop and restart
 // it. When a server cannot be had, RequireDeps decides: under `make test`
 // and in CI (CI or SLUICE_REQUIRE_DEPS set) the test fails; elsewhere it is
-// skipped with a message saying what is missing.
+// skipped with a message saying what is missing. Cassandra is never
+// started by a test: scripts/test-deps.sh starts one node for the whole run
+// and tests find it with Cassandra.
 package testenv
 
 import (
@@ -206,4 +208,20 @@ func (m *Memcached) Resume() {
 	if err := m.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		m.t.Fatalf("resume memcached: %v", err)
 	}
+}
+
+// Cassandra returns the address of the CQL server that
+// scripts/test-deps.sh started (CASSANDRA_ADDR, host:port), after checking
+// that it accepts connections.
+func Cassandra(t testing.TB) string {
+	t.Helper()
+	addr := os.Getenv("CASSANDRA_ADDR")
+	if addr == "" {
+		Missing(t, "Cassandra", "CASSANDRA_ADDR is not set")
+		return ""
+	}
+	if err := WaitTCP(addr, 5*time.Second); err != nil {
+		Missing(t, "Cassandra at "+addr, "CASSANDRA_ADDR is set but nothing answers there: "+err.Error())
+	}
+	return addr
 }

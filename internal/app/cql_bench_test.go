@@ -1,0 +1,162 @@
+package app
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/gocql/gocql"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
+	"github.com/sluice-dev/sluice/internal/guard/fanout"
+	"github.com/sluice-dev/sluice/internal/store"
+	"github.com/sluice-dev/sluice/internal/store/cqlstore"
+	"github.com/sluice-dev/sluice/internal/store/cqlstore/cqltest"
+	"github.com/sluice-dev/sluice/internal/synth"
+	"github.com/sluice-dev/sluice/internal/testenv"
+)
+
+// benchBatch is the URIs per request of the cold-path benchmark.
+const benchBatch = 500
+
+// BenchmarkColdPathCQL measures cold-path throughput on Cassandra: a
+// batch whose every URI misses the cache (memcached is flushed before each
+// request), read through sluice over gRPC, against the same batch read
+// directly with gocql — one token-aware single-partition SELECT per URI at
+// LOCAL_ONE, at the method's concurrency (50) — in the same run, taking
+// turns. It reports items/s of both and their ratio.
+func BenchmarkColdPathCQL(b *testing.B) {
+	cfg := cqltest.Keyspace(b, "sluice_bench_cold")
+	mc := testenv.SharedMemcached(b)
+	srv, posts := startBenchServer(b, cfg, mc)
+	conc := getPolicy(b).Concurrency
+	direct := directSession(b, cfg)
+	flusher := memcache.New(mc)
+	ctx := metadata.AppendToOutgoingContext(b.Context(), "x-client-id", "bench")
+
+	var viaSluice, viaGocql time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		uris := posts[(i*benchBatch)%len(posts):][:benchBatch]
+		b.StopTimer()
+		if err := flusher.FlushAll(); err != nil {
+			b.Fatalf("flush memcached: %v", err)
+		}
+		b.StartTimer()
+		sluiceFirst := i%2 == 0
+		for turn := range 2 {
+			start := time.Now()
+			if (turn == 0) == sluiceFirst {
+				readViaSluice(b, ctx, srv, uris)
+				viaSluice += time.Since(start)
+			} else {
+				readDirect(b, ctx, direct, uris, conc)
+				viaGocql += time.Since(start)
+			}
+		}
+	}
+	items := float64(b.N * benchBatch)
+	b.ReportMetric(items/viaSluice.Seconds(), "sluice-items/s")
+	b.ReportMetric(items/viaGocql.Seconds(), "gocql-items/s")
+	b.ReportMetric(viaGocql.Seconds()/viaSluice.Seconds(), "sluice/gocql")
+}
+
+// startBenchServer serves cfg's keyspace through a real sluice with
+// memcached at mc, after writing the posts it returns the URIs of.
+func startBenchServer(b *testing.B, cfg cqlstore.Config, mc string) (sluicev1.PostRecordsClient, []string) {
+	b.Helper()
+	c := DefaultConfig()
+	c.GRPCAddr, c.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
+	c.Cache.Servers, c.CQL = []string{mc}, cfg
+	a, err := New(c, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	uris := seedBench(b, a.Store, 10*benchBatch)
+	grpcLis, httpLis, err := a.Listen()
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- a.Serve(ctx, grpcLis, httpLis) }()
+	conn, err := grpc.NewClient(grpcLis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		conn.Close()
+		cancel()
+		<-served
+		a.Close()
+	})
+	return sluicev1.NewPostRecordsClient(conn), uris
+}
+
+func seedBench(b *testing.B, st store.Store, n int) []string {
+	b.Helper()
+	gen := synth.New(7, 500)
+	recs := make([]store.Record, n)
+	uris := make([]string, n)
+	for i := range recs {
+		recs[i] = gen.Next()
+		uris[i] = recs[i].URI
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if err := st.Put(fanout.WithLimit(ctx, 32), recs); err != nil {
+		b.Fatalf("seed: %v", err)
+	}
+	return uris
+}
+
+// directSession is a gocql session configured as the CQL store's read
+// session: token-aware, LOCAL_ONE, the same connections per host.
+func directSession(b *testing.B, cfg cqlstore.Config) *gocql.Session {
+	b.Helper()
+	cc := gocql.NewCluster(cfg.Hosts...)
+	cc.Keyspace, cc.Consistency, cc.NumConns = cfg.Keyspace, gocql.LocalOne, cfg.NumConns
+	cc.PoolConfig.HostSelectionPolicy = gocql.TokenAwareHostPolicy(gocql.DCAwareRoundRobinPolicy(cfg.DC))
+	s, err := cc.CreateSession()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(s.Close)
+	return s
+}
+
+func readViaSluice(b *testing.B, ctx context.Context, c sluicev1.PostRecordsClient, uris []string) {
+	resp, err := c.GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: uris})
+	if err != nil {
+		b.Fatalf("sluice: %v", err)
+	}
+	for i, r := range resp.Records {
+		if !r.GetFound() {
+			b.Fatalf("sluice: %s not found", uris[i])
+		}
+	}
+}
+
+func readDirect(b *testing.B, ctx context.Context, s *gocql.Session, uris []string, conc int) {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(conc)
+	for _, uri := range uris {
+		g.Go(func() error {
+			var cid string
+			var js []byte
+			var created, indexed int64
+			return s.Query(`SELECT cid, json, created_at_us, indexed_at_us FROM records WHERE uri = ?`, uri).
+				WithContext(gctx).Idempotent(true).Scan(&cid, &js, &created, &indexed)
+		})
+	}
+	if err := g.Wait(); err != nil {
+		b.Fatalf("gocql: %v", err)
+	}
+}

@@ -1,0 +1,237 @@
+package app
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+
+	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
+	"github.com/sluice-dev/sluice/internal/guard"
+	"github.com/sluice-dev/sluice/internal/store/cqlstore"
+	"github.com/sluice-dev/sluice/internal/store/cqlstore/cqltest"
+	"github.com/sluice-dev/sluice/internal/testenv"
+)
+
+// withCQL returns a config change that serves from cfg's keyspace.
+func withCQL(cfg cqlstore.Config) func(*Config) {
+	return func(c *Config) { c.CQL = cfg }
+}
+
+// Tests that two concurrent 1,000-URI batches served from Cassandra never
+// have more CQL queries in flight than the process-wide cap (each batch's
+// own fan-out limit of 50 would allow 100), that every query is a
+// single-partition SELECT with one bound URI (never IN), and that the
+// answers equal the embedded backend's for the same seeded posts.
+func TestCQLBatchBoundedAndMatchesEmbedded(t *testing.T) {
+	const maxInflight = 16
+	cfg := cqltest.Keyspace(t, "sluice_test_app_batch")
+	obs := &cqltest.Observer{}
+	cfg.MaxInflight, cfg.QueryObserver = maxInflight, obs
+	cql := startServer(t, 1900, withCQL(cfg))
+	embedded := startServer(t, 1900, nil)
+	batches := [2][]string{
+		append(cql.uris(0, 950), cql.missing[:50]...),
+		append(cql.uris(950, 1900), cql.missing[50:100]...),
+	}
+	obs.Reset()
+	var got [2]*sluicev1.GetPostRecordsResponse
+	var errs [2]error
+	var wg sync.WaitGroup
+	for i, uris := range batches {
+		wg.Go(func() {
+			got[i], errs[i] = cql.client.GetPostRecords(cql.ctx("batch"), &sluicev1.GetPostRecordsRequest{Uris: uris})
+		})
+	}
+	wg.Wait()
+	peak, n := obs.Peak()
+	t.Logf("2 × 1,000-URI batches on Cassandra: %d CQL queries, peak %d in flight (cap %d); statements %v", n, peak, maxInflight, obs.Statements())
+	for i, uris := range batches {
+		if errs[i] != nil {
+			t.Fatalf("batch %d: %v", i, errs[i])
+		}
+		want, err := embedded.client.GetPostRecords(embedded.ctx("batch"), &sluicev1.GetPostRecordsRequest{Uris: uris})
+		if err != nil {
+			t.Fatalf("embedded batch %d: %v", i, err)
+		}
+		compareResponses(t, uris, want, got[i])
+	}
+	if peak > maxInflight || peak < 2 {
+		t.Errorf("peak CQL queries in flight = %d, want 2..%d", peak, maxInflight)
+	}
+	if n < 2000 {
+		t.Errorf("%d CQL queries for 2,000 uncached URIs, want one each", n)
+	}
+	for stmt := range obs.Statements() {
+		if !strings.HasSuffix(stmt, "WHERE uri = ? / 1 values") || strings.Contains(stmt, " IN ") {
+			t.Errorf("statement %q is not a single-partition SELECT of one URI", stmt)
+		}
+	}
+}
+
+// Tests that the write RPCs work on Cassandra: reads after a put or a
+// delete never return the old version, with the cache warm.
+func TestCQLReadAfterWriteAndDelete(t *testing.T) {
+	readAfterWriteAndDelete(t, withCQL(cqltest.Keyspace(t, "sluice_test_app_writes")))
+}
+
+// compareResponses fails unless got answers every URI exactly as want.
+func compareResponses(t *testing.T, uris []string, want, got *sluicev1.GetPostRecordsResponse) {
+	t.Helper()
+	if len(got.Records) != len(uris) || len(want.Records) != len(uris) {
+		t.Fatalf("%d and %d records for %d URIs", len(got.Records), len(want.Records), len(uris))
+	}
+	found := 0
+	for i := range uris {
+		if !proto.Equal(want.Records[i], got.Records[i]) {
+			t.Fatalf("uris[%d] %s: CQL answered %v, embedded %v", i, uris[i], got.Records[i], want.Records[i])
+		}
+		if got.Records[i].GetFound() {
+			found++
+		}
+	}
+	if found != len(uris)-50 {
+		t.Errorf("%d of %d found, want %d", found, len(uris), len(uris)-50)
+	}
+}
+
+// outcome is one request of the outage load.
+type outcome struct {
+	hit     bool // asked only for cached URIs
+	code    codes.Code
+	msg     string
+	elapsed time.Duration
+}
+
+// Tests that when Cassandra becomes unreachable mid-load (its proxy is cut:
+// connections closed, new ones refused), requests the cache can answer keep
+// being served, requests that need the store fail with Unavailable and a
+// message saying so within their deadline, and once Cassandra is reachable
+// again the same server answers them without a restart. The shared
+// Cassandra node keeps running; only this server's path to it is cut.
+func TestCQLOutageMidLoad(t *testing.T) {
+	cfg := cqltest.Keyspace(t, "sluice_test_app_outage")
+	proxy := testenv.StartProxy(t, cfg.Hosts[0])
+	cfg.Hosts, cfg.DisableHostLookup, cfg.ReconnectInterval = []string{proxy.Addr()}, true, 300*time.Millisecond
+	ts := startServer(t, 1000, withCQL(cfg))
+	hits := ts.uris(0, 500)
+	if _, err := ts.client.GetPostRecords(ts.ctx("warm"), &sluicev1.GetPostRecordsRequest{Uris: hits}); err != nil {
+		t.Fatalf("warming the cache: %v", err)
+	}
+	misses := ts.uris(500, 1000)
+	timeout := getPolicy(t).Timeout
+
+	before := runLoad(t, ts, hits, misses[:50], time.Second)
+	checkAllOK(t, "before the outage", before)
+
+	proxy.Cut()
+	during := runLoad(t, ts, hits, misses[50:100], 3*time.Second)
+	var hitOK, missUnavailable int
+	for _, o := range during {
+		switch {
+		case o.hit && o.code == codes.OK:
+			hitOK++
+		case o.hit:
+			t.Errorf("during the outage a cached batch failed: %s %s", o.code, o.msg)
+		case o.code != codes.Unavailable || !strings.Contains(o.msg, "record store is unavailable"):
+			t.Errorf("during the outage an uncached batch got %s %q, want Unavailable naming the record store", o.code, o.msg)
+		default:
+			missUnavailable++
+		}
+		if o.elapsed > timeout+time.Second {
+			t.Errorf("a request took %v, over its %v deadline", o.elapsed, timeout)
+		}
+	}
+	t.Logf("during the outage: %d cached batches served, %d uncached batches Unavailable; e.g. %q", hitOK, missUnavailable, firstMsg(during))
+	if hitOK == 0 || missUnavailable == 0 {
+		t.Fatalf("outage load ran %d cached and %d uncached batches, want both", hitOK, missUnavailable)
+	}
+
+	proxy.Restore()
+	recovered := waitRecovery(t, ts, misses[100:150], 60*time.Second)
+	t.Logf("recovered %v after Cassandra was reachable again, without a restart", recovered.Round(time.Millisecond))
+	after := runLoad(t, ts, hits, misses[150:], time.Second)
+	checkAllOK(t, "after recovery", after)
+}
+
+// runLoad sends batches from 4 clients for d: odd requests ask for 50
+// cached URIs, even ones for the uncached misses. It returns every outcome.
+func runLoad(t *testing.T, ts *testServer, hits, misses []string, d time.Duration) []outcome {
+	t.Helper()
+	var mu sync.Mutex
+	var out []outcome
+	var wg sync.WaitGroup
+	end := time.Now().Add(d)
+	for w := range 4 {
+		wg.Go(func() {
+			for i := w; time.Now().Before(end); i++ {
+				hit := i%2 == 1
+				uris := misses
+				if hit {
+					uris = hits[(i*50)%len(hits):][:50]
+				}
+				start := time.Now()
+				_, err := ts.client.GetPostRecords(ts.ctx(fmt.Sprintf("load-%d", w)), &sluicev1.GetPostRecordsRequest{Uris: uris})
+				st := status.Convert(err)
+				mu.Lock()
+				out = append(out, outcome{hit: hit, code: st.Code(), msg: st.Message(), elapsed: time.Since(start)})
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+func checkAllOK(t *testing.T, phase string, outs []outcome) {
+	t.Helper()
+	for _, o := range outs {
+		if o.code != codes.OK {
+			t.Fatalf("%s: %s %s", phase, o.code, o.msg)
+		}
+	}
+	if len(outs) == 0 {
+		t.Fatalf("%s: no request ran", phase)
+	}
+}
+
+func firstMsg(outs []outcome) string {
+	for _, o := range outs {
+		if !o.hit && o.code != codes.OK {
+			return o.msg
+		}
+	}
+	return ""
+}
+
+// waitRecovery asks for uris until the answer succeeds and returns how
+// long that took.
+func waitRecovery(t *testing.T, ts *testServer, uris []string, limit time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		_, err := ts.client.GetPostRecords(ts.ctx("recovery"), &sluicev1.GetPostRecordsRequest{Uris: uris})
+		if err == nil {
+			return time.Since(start)
+		}
+		if time.Since(start) > limit {
+			t.Fatalf("no recovery %v after Cassandra came back: %v", limit, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// getPolicy returns the default policy of GetPostRecords.
+func getPolicy(t testing.TB) guard.Policy {
+	t.Helper()
+	p, ok := DefaultConfig().Guard.Methods[sluicev1.PostRecords_ServiceDesc.ServiceName+"/GetPostRecords"]
+	if !ok || p.Timeout <= 0 || p.Concurrency < 1 {
+		t.Fatalf("no usable default policy for GetPostRecords: %+v", p)
+	}
+	return p
+}

@@ -1,0 +1,240 @@
+package cqlstore
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/gocql/gocql"
+)
+
+// Defaults of Config. The timeouts sit a little above Cassandra's and
+// Scylla's own (read_request_timeout 5 s, write_request_timeout 2 s), so the
+// server answers with its timeout error before the client gives up on the
+// connection, and the request's deadline usually ends a query first anyway.
+const (
+	DefaultKeyspace          = "sluice"
+	DefaultDC                = "datacenter1"
+	DefaultReadConsistency   = "LOCAL_ONE"
+	DefaultWriteConsistency  = "LOCAL_QUORUM"
+	DefaultMaxInflight       = 256
+	DefaultTimeout           = 6 * time.Second
+	DefaultConnectTimeout    = 5 * time.Second
+	DefaultRetries           = 2
+	DefaultNumConns          = 2
+	DefaultReconnectInterval = 2 * time.Second
+
+	// MaxInflightCeiling is the largest MaxInflight Validate accepts: one
+	// process holding more CQL queries open than this is a bug, not a
+	// configuration.
+	MaxInflightCeiling = 65536
+	// MaxRetriesCeiling bounds the retry policy.
+	MaxRetriesCeiling = 10
+)
+
+// Config selects and tunes the CQL store. It is a plain value: the zero
+// value has no hosts (the CQL store is off) and DefaultConfig fills the
+// rest; flags and tests change fields, then Validate checks them once.
+type Config struct {
+	// Hosts are contact points, host or host:port (port 9042 if absent).
+	// Empty means the CQL store is not used.
+	Hosts []string
+	// Keyspace holds the records and schema_migrations tables.
+	Keyspace string
+	// DC is the local datacenter: queries go to its replicas first, and
+	// LOCAL_* consistency levels count only its replicas.
+	DC string
+	// ReadConsistency is used for Get: LOCAL_ONE by default, since a read
+	// fills a cache whose entries expire anyway.
+	ReadConsistency string
+	// WriteConsistency is used for Put and Delete (and the existence
+	// check Delete makes): LOCAL_QUORUM by default, so a later
+	// LOCAL_QUORUM read sees the write.
+	WriteConsistency string
+	// MaxInflight bounds CQL queries in flight across the process; a query
+	// waits for a slot until its context ends.
+	MaxInflight int
+	// Timeout bounds one query attempt on a connection.
+	Timeout time.Duration
+	// ConnectTimeout bounds dialing and the CQL handshake.
+	ConnectTimeout time.Duration
+	// Retries is how many times an idempotent statement is retried, with
+	// exponential backoff, after a transport or server error. Every
+	// statement this package sends is idempotent (writes carry a fixed
+	// client timestamp), so a retry never applies a write twice.
+	Retries int
+	// NumConns is the number of connections per host (per shard on
+	// Scylla's shard-aware driver, which ignores it).
+	NumConns int
+	// ReconnectInterval is how often a host marked down is dialed again.
+	ReconnectInterval time.Duration
+	// DisableHostLookup makes the driver use only Hosts, never the peer
+	// addresses the cluster advertises: for a proxy or NAT in between.
+	DisableHostLookup bool
+
+	// QueryObserver, when set, sees every query attempt (tests count
+	// concurrency with it). Not settable by flags.
+	QueryObserver gocql.QueryObserver
+	// Log receives the driver's log lines, at most one a second; nil
+	// means slog.Default().
+	Log *slog.Logger
+}
+
+// DefaultConfig returns the defaults, with no hosts.
+func DefaultConfig() Config {
+	return Config{
+		Keyspace:          DefaultKeyspace,
+		DC:                DefaultDC,
+		ReadConsistency:   DefaultReadConsistency,
+		WriteConsistency:  DefaultWriteConsistency,
+		MaxInflight:       DefaultMaxInflight,
+		Timeout:           DefaultTimeout,
+		ConnectTimeout:    DefaultConnectTimeout,
+		Retries:           DefaultRetries,
+		NumConns:          DefaultNumConns,
+		ReconnectInterval: DefaultReconnectInterval,
+	}
+}
+
+// Enabled reports whether the config names any host.
+func (c Config) Enabled() bool { return len(c.Hosts) > 0 }
+
+// RegisterFlags adds the --cql-* flags to fs; they write into c, which
+// should hold the defaults first.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.Func("cql-hosts", "CQL contact points (Scylla or Cassandra), comma-separated host[:port]; set to use the CQL store instead of the embedded one", func(s string) error {
+		c.Hosts = splitList(s)
+		return nil
+	})
+	fs.StringVar(&c.Keyspace, "cql-keyspace", c.Keyspace, "CQL keyspace holding the records (create it with sluice migrate)")
+	fs.StringVar(&c.DC, "cql-dc", c.DC, "local datacenter: token-aware routing prefers its replicas")
+	fs.StringVar(&c.ReadConsistency, "cql-read-consistency", c.ReadConsistency, "consistency of reads (cache fills)")
+	fs.StringVar(&c.WriteConsistency, "cql-write-consistency", c.WriteConsistency, "consistency of writes and deletes")
+	fs.IntVar(&c.MaxInflight, "cql-max-inflight", c.MaxInflight, "process-wide cap on CQL queries in flight; more wait until their deadline")
+	fs.DurationVar(&c.Timeout, "cql-timeout", c.Timeout, "per-attempt query timeout (a little above the server's own)")
+	fs.IntVar(&c.Retries, "cql-retries", c.Retries, "retries of an idempotent statement after a transport or server error")
+}
+
+// Validate reports every field out of range.
+func (c Config) Validate() error {
+	if !c.Enabled() {
+		return nil
+	}
+	var errs []error
+	if err := checkIdentifier(c.Keyspace); err != nil {
+		errs = append(errs, fmt.Errorf("cql: keyspace: %w", err))
+	}
+	if c.DC == "" {
+		errs = append(errs, errors.New("cql: dc is empty; name the local datacenter (Cassandra's SimpleSnitch calls it datacenter1)"))
+	}
+	for _, cl := range []struct{ name, v string }{{"read", c.ReadConsistency}, {"write", c.WriteConsistency}} {
+		if _, err := parseConsistency(cl.v); err != nil {
+			errs = append(errs, fmt.Errorf("cql: %s consistency: %w", cl.name, err))
+		}
+	}
+	if c.MaxInflight < 1 || c.MaxInflight > MaxInflightCeiling {
+		errs = append(errs, fmt.Errorf("cql: max inflight %d is outside [1, %d]", c.MaxInflight, MaxInflightCeiling))
+	}
+	if c.Retries < 0 || c.Retries > MaxRetriesCeiling {
+		errs = append(errs, fmt.Errorf("cql: retries %d is outside [0, %d]", c.Retries, MaxRetriesCeiling))
+	}
+	if c.NumConns < 1 {
+		errs = append(errs, fmt.Errorf("cql: connections per host %d is below 1", c.NumConns))
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"timeout", c.Timeout}, {"connect timeout", c.ConnectTimeout}, {"reconnect interval", c.ReconnectInterval}} {
+		if d.v <= 0 {
+			errs = append(errs, fmt.Errorf("cql: %s %v must be positive", d.name, d.v))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// consistencies are the levels a point read or write may use. SERIAL
+// levels are for lightweight transactions, which this package never sends.
+var consistencies = map[string]gocql.Consistency{
+	"ANY": gocql.Any, "ONE": gocql.One, "TWO": gocql.Two, "THREE": gocql.Three,
+	"QUORUM": gocql.Quorum, "ALL": gocql.All, "LOCAL_QUORUM": gocql.LocalQuorum,
+	"EACH_QUORUM": gocql.EachQuorum, "LOCAL_ONE": gocql.LocalOne,
+}
+
+func parseConsistency(s string) (gocql.Consistency, error) {
+	if c, ok := consistencies[strings.ToUpper(s)]; ok {
+		return c, nil
+	}
+	return 0, fmt.Errorf("unknown level %q; use LOCAL_ONE, LOCAL_QUORUM, ONE, QUORUM, EACH_QUORUM or ALL", s)
+}
+
+// maxIdentifier is Cassandra's limit on keyspace and table names.
+const maxIdentifier = 48
+
+// checkIdentifier accepts unquoted CQL names: a letter, then letters,
+// digits and underscores, at most 48 in all.
+func checkIdentifier(s string) error {
+	if s == "" || len(s) > maxIdentifier {
+		return fmt.Errorf("%q must be 1 to %d characters", s, maxIdentifier)
+	}
+	for i, r := range s {
+		letter := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z'
+		if !letter && (i == 0 || r != '_' && (r < '0' || r > '9')) {
+			return fmt.Errorf("%q must start with a letter and hold only letters, digits and _", s)
+		}
+	}
+	return nil
+}
+
+// cluster returns the driver config of one session at consistency cl. Each
+// session needs its own host policy: gocql refuses to share one.
+func (c Config) cluster(cl gocql.Consistency) *gocql.ClusterConfig {
+	cc := gocql.NewCluster(c.Hosts...)
+	cc.Keyspace = c.Keyspace
+	cc.Consistency = cl
+	cc.PoolConfig.HostSelectionPolicy = gocql.TokenAwareHostPolicy(gocql.DCAwareRoundRobinPolicy(c.DC), gocql.ShuffleReplicas())
+	cc.Timeout = c.Timeout
+	cc.ConnectTimeout = c.ConnectTimeout
+	cc.NumConns = c.NumConns
+	cc.ReconnectInterval = c.ReconnectInterval
+	cc.DisableInitialHostLookup = c.DisableHostLookup
+	if c.DisableHostLookup {
+		cc.HostFilter = onlyHosts(c.Hosts)
+	}
+	cc.QueryObserver = c.QueryObserver
+	cc.Logger = newDriverLogger(c.Log)
+	// No retries by default: only idempotent statements get the policy.
+	cc.RetryPolicy = nil
+	return cc
+}
+
+// onlyHosts accepts only the configured contact points, so a driver behind
+// a proxy never dials the addresses the cluster advertises.
+func onlyHosts(hosts []string) gocql.HostFilter {
+	allowed := map[string]bool{}
+	for _, h := range hosts {
+		allowed[withPort(h)] = true
+	}
+	return gocql.HostFilterFunc(func(h *gocql.HostInfo) bool {
+		return allowed[h.HostnameAndPort()] || allowed[fmt.Sprintf("%s:%d", h.ConnectAddress(), h.Port())]
+	})
+}
+
+func withPort(h string) string {
+	if strings.Contains(h, ":") {
+		return h
+	}
+	return h + ":9042"
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
+}

@@ -1,0 +1,393 @@
+// Package cqlstore is the store.Store on Scylla or Apache Cassandra, for
+// sluice replicas that share one replicated cluster.
+//
+// It is written against the v1 API of github.com/gocql/gocql, so Scylla's
+// shard-aware fork drops in with one line in go.mod:
+//
+//	replace github.com/gocql/gocql => github.com/scylladb/gocql v1.19.0
+//
+// Records live in one table keyed by URI, one partition per record, so
+// every read is a token-routed single-partition SELECT. There is no batch
+// read: a batch of N URIs is N concurrent Gets, whose parallelism the
+// caller bounds (the posts read path runs them through the guard's
+// fan-out), never one IN query, which would funnel through one coordinator
+// without token routing and fail all-or-nothing. On top of that, every
+// query in the process takes one of Config.MaxInflight slots first,
+// waiting no longer than its context, so many requests at once cannot
+// multiply the load on the cluster.
+//
+// Reads and writes use separate long-lived sessions at their own
+// consistency (LOCAL_ONE and LOCAL_QUORUM by default), both routed by
+// TokenAwareHostPolicy(DCAwareRoundRobinPolicy(dc)). Statements are
+// constants, prepared by the driver once per host. Every statement is
+// idempotent — writes carry one client timestamp chosen before the first
+// attempt — so each gets a bounded exponential-backoff retry policy.
+// Transport and server failures wrap store.ErrUnavailable; a context that
+// ends returns its own error.
+//
+// The package does not create its schema on Open: Migrate (sluice migrate)
+// does, and Open refuses a keyspace whose schema version it does not
+// read. Put is not atomic across records: it validates the whole batch
+// first (an invalid record stores nothing), then writes each record as its
+// own single-partition INSERT, so a failure part-way leaves the earlier
+// records written; retrying the batch is safe.
+package cqlstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/gocql/gocql"
+	"golang.org/x/sync/semaphore"
+
+	"github.com/sluice-dev/sluice/internal/guard/fanout"
+	"github.com/sluice-dev/sluice/internal/store"
+)
+
+// Limits on what Put accepts.
+const (
+	MaxURILength   = 512
+	MaxRecordBytes = 64 << 10
+)
+
+// The statements, constant so the driver prepares each once per host; the
+// partition key is always bound, so the token-aware policy can route.
+const (
+	selectRecord = `SELECT cid, json, created_at_us, indexed_at_us FROM records WHERE uri = ?`
+	selectExists = `SELECT uri FROM records WHERE uri = ?`
+	insertRecord = `INSERT INTO records (uri, cid, json, created_at_us, indexed_at_us) VALUES (?, ?, ?, ?, ?)`
+	deleteRecord = `DELETE FROM records WHERE uri = ?`
+)
+
+// Store is a store.Store on a CQL cluster. It is safe for concurrent use.
+type Store struct {
+	cfg      Config
+	read     *gocql.Session
+	write    *gocql.Session
+	slots    *semaphore.Weighted
+	inflight atomic.Int64
+	waits    atomic.Int64
+	retry    gocql.RetryPolicy
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open connects the read and write sessions and checks the schema. It
+// fails if no host answers, or if the keyspace lacks the schema this build
+// reads (run Migrate first).
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	s, err := open(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("cqlstore: open keyspace %s on %v: %w", cfg.Keyspace, cfg.Hosts, err)
+	}
+	return s, nil
+}
+
+func open(ctx context.Context, cfg Config) (*Store, error) {
+	if !cfg.Enabled() {
+		return nil, errors.New("no hosts configured")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	rc, _ := parseConsistency(cfg.ReadConsistency)
+	wc, _ := parseConsistency(cfg.WriteConsistency)
+	s := &Store{
+		cfg:   cfg,
+		slots: semaphore.NewWeighted(int64(cfg.MaxInflight)),
+		retry: &gocql.ExponentialBackoffRetryPolicy{NumRetries: cfg.Retries, Min: 10 * time.Millisecond, Max: 200 * time.Millisecond},
+	}
+	var err error
+	if s.read, err = openSession(cfg, rc); err != nil {
+		return nil, err
+	}
+	if s.write, err = openSession(cfg, wc); err != nil {
+		s.read.Close()
+		return nil, err
+	}
+	if err := checkSchema(ctx, s.read, cfg.Keyspace); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// openSession connects one session at consistency cl.
+func openSession(cfg Config, cl gocql.Consistency) (*gocql.Session, error) {
+	s, err := cfg.cluster(cl).CreateSession()
+	if err != nil {
+		hint := ""
+		if cfg.Keyspace != "" {
+			hint = fmt.Sprintf(" (does keyspace %s exist? sluice migrate creates it)", cfg.Keyspace)
+		}
+		return nil, fmt.Errorf("%w: connect at %s%s: %w", store.ErrUnavailable, cl, hint, err)
+	}
+	return s, nil
+}
+
+// Get reads one record with a single-partition SELECT at the read
+// consistency, or returns an error wrapping store.ErrNotFound.
+func (s *Store) Get(ctx context.Context, uri string) (store.Record, error) {
+	r, err := s.get(ctx, uri)
+	if err != nil {
+		return store.Record{}, fmt.Errorf("cqlstore: get %s: %w", short(uri), err)
+	}
+	return r, nil
+}
+
+func (s *Store) get(ctx context.Context, uri string) (store.Record, error) {
+	release, err := s.acquire(ctx)
+	if err != nil {
+		return store.Record{}, err
+	}
+	defer release()
+	r := store.Record{URI: uri}
+	var created, indexed int64
+	err = s.idempotent(s.read.Query(selectRecord, uri), ctx).Scan(&r.CID, &r.JSON, &created, &indexed)
+	switch {
+	case errors.Is(err, gocql.ErrNotFound):
+		return store.Record{}, store.ErrNotFound
+	case err != nil:
+		return store.Record{}, queryError(ctx, "select", err)
+	}
+	if r.JSON == nil {
+		r.JSON = []byte{}
+	}
+	r.CreatedAt, r.IndexedAt = time.UnixMicro(created).UTC(), time.UnixMicro(indexed).UTC()
+	return r, nil
+}
+
+// Put validates every record, then upserts each with a single-partition
+// INSERT at the write consistency, running as many at once as ctx's
+// fan-out limit allows. All INSERTs of one Put carry the same client
+// timestamp; within recs, the last record for a URI wins. If any record
+// is invalid, Put returns an error wrapping store.ErrInvalid and writes
+// nothing; if a write fails, records already written stay written.
+func (s *Store) Put(ctx context.Context, recs []store.Record) error {
+	if err := s.put(ctx, recs); err != nil {
+		return fmt.Errorf("cqlstore: put %d records: %w", len(recs), err)
+	}
+	return nil
+}
+
+func (s *Store) put(ctx context.Context, recs []store.Record) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	for i, r := range recs {
+		if err := validate(r); err != nil {
+			return fmt.Errorf("record %d %s: %w", i, short(r.URI), err)
+		}
+	}
+	recs = lastPerURI(recs)
+	ts := time.Now().UnixMicro()
+	return fanout.Each(ctx, len(recs), func(ctx context.Context, i int) error {
+		r := recs[i]
+		q := s.write.Query(insertRecord, r.URI, r.CID, r.JSON, r.CreatedAt.UnixMicro(), r.IndexedAt.UnixMicro())
+		return s.exec(ctx, q.WithTimestamp(ts), "insert "+short(r.URI))
+	})
+}
+
+// lastPerURI drops all but the last record of each URI, so that INSERTs
+// sharing one timestamp cannot race.
+func lastPerURI(recs []store.Record) []store.Record {
+	last := make(map[string]int, len(recs))
+	for i, r := range recs {
+		last[r.URI] = i
+	}
+	if len(last) == len(recs) {
+		return recs
+	}
+	out := make([]store.Record, 0, len(last))
+	for i, r := range recs {
+		if last[r.URI] == i {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// validate reports why r cannot be stored, wrapping store.ErrInvalid.
+func validate(r store.Record) error {
+	switch {
+	case r.URI == "":
+		return fmt.Errorf("%w: empty URI", store.ErrInvalid)
+	case len(r.URI) > MaxURILength:
+		return fmt.Errorf("%w: URI is %d bytes, over the %d-byte limit", store.ErrInvalid, len(r.URI), MaxURILength)
+	case len(r.JSON) > MaxRecordBytes:
+		return fmt.Errorf("%w: JSON is %d bytes, over the %d-byte limit", store.ErrInvalid, len(r.JSON), MaxRecordBytes)
+	case !json.Valid(r.JSON):
+		return fmt.Errorf("%w: JSON is not valid", store.ErrInvalid)
+	}
+	return nil
+}
+
+// Delete removes the records stored under uris and returns how many
+// existed. Each URI is checked with a SELECT and deleted with a DELETE,
+// both at the write consistency, as many at once as ctx's fan-out limit
+// allows. Under concurrent writes to the same URIs the count is a close
+// estimate, not a transaction's answer: lightweight transactions would
+// make it exact at several times the cost.
+func (s *Store) Delete(ctx context.Context, uris []string) (int, error) {
+	n, err := s.delete(ctx, uris)
+	if err != nil {
+		return 0, fmt.Errorf("cqlstore: delete %d records: %w", len(uris), err)
+	}
+	return n, nil
+}
+
+func (s *Store) delete(ctx context.Context, uris []string) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	uris = uniq(uris)
+	ts := time.Now().UnixMicro()
+	var n atomic.Int64
+	err := fanout.Each(ctx, len(uris), func(ctx context.Context, i int) error {
+		existed, err := s.exists(ctx, uris[i])
+		if err != nil || !existed {
+			return err
+		}
+		n.Add(1)
+		return s.exec(ctx, s.write.Query(deleteRecord, uris[i]).WithTimestamp(ts), "delete "+short(uris[i]))
+	})
+	return int(n.Load()), err
+}
+
+func (s *Store) exists(ctx context.Context, uri string) (bool, error) {
+	release, err := s.acquire(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer release()
+	var got string
+	err = s.idempotent(s.write.Query(selectExists, uri), ctx).Scan(&got)
+	switch {
+	case errors.Is(err, gocql.ErrNotFound):
+		return false, nil
+	case err != nil:
+		return false, queryError(ctx, "check "+short(uri), err)
+	}
+	return true, nil
+}
+
+func uniq(uris []string) []string {
+	seen := make(map[string]bool, len(uris))
+	out := make([]string, 0, len(uris))
+	for _, u := range uris {
+		if !seen[u] {
+			seen[u] = true
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// exec runs one write statement in a slot.
+func (s *Store) exec(ctx context.Context, q *gocql.Query, what string) error {
+	release, err := s.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if err := s.idempotent(q, ctx).Exec(); err != nil {
+		return queryError(ctx, what, err)
+	}
+	return nil
+}
+
+// idempotent marks q idempotent, gives it the bounded retry policy and
+// binds it to ctx.
+func (s *Store) idempotent(q *gocql.Query, ctx context.Context) *gocql.Query {
+	return q.WithContext(ctx).Idempotent(true).RetryPolicy(s.retry)
+}
+
+// acquire takes one of the process-wide query slots, waiting until ctx
+// ends at most. The caller must call release.
+func (s *Store) acquire(ctx context.Context) (release func(), err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if !s.slots.TryAcquire(1) {
+		s.waits.Add(1)
+		if err := s.slots.Acquire(ctx, 1); err != nil {
+			return nil, fmt.Errorf("waiting for one of %d in-flight CQL query slots: %w", s.cfg.MaxInflight, err)
+		}
+	}
+	s.inflight.Add(1)
+	return func() {
+		s.inflight.Add(-1)
+		s.slots.Release(1)
+	}, nil
+}
+
+// Stats is a snapshot of the store's query slots.
+type Stats struct {
+	InFlight    int64 // queries holding a slot now
+	MaxInflight int   // the slot limit
+	Waits       int64 // queries that had to wait for a slot, ever
+}
+
+// Stats reports the query slots now.
+func (s *Store) Stats() Stats {
+	return Stats{InFlight: s.inflight.Load(), MaxInflight: s.cfg.MaxInflight, Waits: s.waits.Load()}
+}
+
+// Close closes both sessions.
+func (s *Store) Close() error {
+	s.read.Close()
+	s.write.Close()
+	return nil
+}
+
+// queryError keeps a context's error as it is (the caller ran out of time
+// or gave up) and wraps anything else — no host, a timeout, an error from
+// the server — with store.ErrUnavailable.
+func queryError(ctx context.Context, what string, err error) error {
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return fmt.Errorf("%s: %w (driver: %v)", what, ctxErr, err)
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return unavailable(what, err)
+}
+
+// unavailable wraps err with store.ErrUnavailable.
+func unavailable(what string, err error) error {
+	return fmt.Errorf("%w: %s: %w", store.ErrUnavailable, what, err)
+}
+
+// maxURIInError is how much of a URI error messages quote.
+const maxURIInError = 128
+
+// short quotes uri for an error message, cut to maxURIInError bytes.
+func short(uri string) string {
+	if len(uri) <= maxURIInError {
+		return fmt.Sprintf("%q", uri)
+	}
+	return fmt.Sprintf("%q…(%d bytes)", uri[:maxURIInError], len(uri))
+}
+
+// Empty reports whether the records table holds no record. It reads at
+// most one row.
+func (s *Store) Empty(ctx context.Context) (bool, error) {
+	release, err := s.acquire(ctx)
+	if err != nil {
+		return false, fmt.Errorf("cqlstore: empty: %w", err)
+	}
+	defer release()
+	var uri string
+	err = s.idempotent(s.read.Query(`SELECT uri FROM records LIMIT 1`), ctx).Scan(&uri)
+	switch {
+	case errors.Is(err, gocql.ErrNotFound):
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("cqlstore: empty: %w", queryError(ctx, "select", err))
+	}
+	return false, nil
+}

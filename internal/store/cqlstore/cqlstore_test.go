@@ -1,0 +1,239 @@
+package cqlstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gocql/gocql"
+	"go.uber.org/goleak"
+
+	"github.com/sluice-dev/sluice/internal/guard/fanout"
+	"github.com/sluice-dev/sluice/internal/store"
+	"github.com/sluice-dev/sluice/internal/store/cqlstore"
+	"github.com/sluice-dev/sluice/internal/store/cqlstore/cqltest"
+	"github.com/sluice-dev/sluice/internal/store/storetest"
+	"github.com/sluice-dev/sluice/internal/testenv"
+)
+
+const defaultTestTimeout = 60 * time.Second
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func testContext(t *testing.T) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), defaultTestTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func mustOpen(t *testing.T, cfg cqlstore.Config) *cqlstore.Store {
+	t.Helper()
+	s, err := cqlstore.Open(testContext(t), cfg)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return s
+}
+
+// Tests that the CQL store passes the contract suite every backend passes.
+func TestContract(t *testing.T) {
+	cfg := cqltest.Keyspace(t, "sluice_test_contract")
+	storetest.Run(t, func(t *testing.T) store.Store {
+		cqltest.Truncate(t, cfg)
+		return mustOpen(t, cfg)
+	})
+}
+
+// Tests that migrate creates the keyspace and applies every migration the
+// first time, and changes nothing the second time: no keyspace created, no
+// migration applied, the recorded migration rows untouched.
+func TestMigrateTwiceIsNoOp(t *testing.T) {
+	addr := testenv.Cassandra(t)
+	const ks = "sluice_test_migrate"
+	cqltest.Exec(t, addr, "DROP KEYSPACE IF EXISTS "+ks)
+	cfg := cqlstore.DefaultConfig()
+	cfg.Hosts, cfg.Keyspace = []string{addr}, ks
+	rf, err := cqlstore.ParseReplication("datacenter1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logged []string
+	logf := func(f string, a ...any) { logged = append(logged, fmt.Sprintf(f, a...)) }
+
+	first, err := cqlstore.Migrate(testContext(t), cfg, rf, logf)
+	if err != nil {
+		t.Fatalf("first Migrate: %v", err)
+	}
+	if !first.KeyspaceCreated || len(first.Applied) != cqlstore.SchemaVersion || first.Version != cqlstore.SchemaVersion {
+		t.Fatalf("first Migrate = %+v, want keyspace created and versions 1..%d applied", first, cqlstore.SchemaVersion)
+	}
+	before := migrationRows(t, cfg)
+	firstLog := len(logged)
+
+	second, err := cqlstore.Migrate(testContext(t), cfg, rf, logf)
+	if err != nil {
+		t.Fatalf("second Migrate: %v", err)
+	}
+	if second.KeyspaceCreated || len(second.Applied) != 0 || second.Version != cqlstore.SchemaVersion {
+		t.Errorf("second Migrate = %+v, want nothing created or applied", second)
+	}
+	if len(logged) != firstLog {
+		t.Errorf("second Migrate logged %q, want nothing", logged[firstLog:])
+	}
+	if after := migrationRows(t, cfg); after != before {
+		t.Errorf("schema_migrations changed: %q, then %q", before, after)
+	}
+	s := mustOpen(t, cfg)
+	defer s.Close()
+	if _, err := s.Get(testContext(t), "at://did:plc:x/app.bsky.feed.post/3k"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("Get on the migrated keyspace: %v, want ErrNotFound", err)
+	}
+}
+
+// migrationRows renders the schema_migrations table, applied_at included.
+func migrationRows(t *testing.T, cfg cqlstore.Config) string {
+	t.Helper()
+	c := gocql.NewCluster(cfg.Hosts...)
+	c.Keyspace, c.DisableInitialHostLookup = cfg.Keyspace, true
+	s, err := c.CreateSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	iter := s.Query(`SELECT version, description, applied_at FROM schema_migrations`).WithContext(testContext(t)).Iter()
+	var rows []string
+	var v int
+	var d string
+	var at time.Time
+	for iter.Scan(&v, &d, &at) {
+		rows = append(rows, fmt.Sprintf("%d %s %s", v, d, at.Format(time.RFC3339Nano)))
+	}
+	if err := iter.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(rows, "; ")
+}
+
+// Tests that migrate refuses to silently keep a keyspace whose
+// replication differs from the one asked for.
+func TestMigrateRefusesOtherReplication(t *testing.T) {
+	cfg := cqltest.Keyspace(t, "sluice_test_migrate_rf")
+	rf, _ := cqlstore.ParseReplication("dc9:3")
+	_, err := cqlstore.Migrate(testContext(t), cfg, rf, func(string, ...any) {})
+	if err == nil || !strings.Contains(err.Error(), "ALTER KEYSPACE") {
+		t.Fatalf("Migrate with other replication: %v, want a refusal naming ALTER KEYSPACE", err)
+	}
+}
+
+// Tests that Open refuses a keyspace that migrate never prepared, saying
+// what to run.
+func TestOpenUnmigrated(t *testing.T) {
+	addr := testenv.Cassandra(t)
+	const ks = "sluice_test_unmigrated"
+	cqltest.Exec(t, addr, "DROP KEYSPACE IF EXISTS "+ks)
+	cfg := cqlstore.DefaultConfig()
+	cfg.Hosts, cfg.Keyspace = []string{addr}, ks
+	_, err := cqlstore.Open(testContext(t), cfg)
+	if err == nil || !strings.Contains(err.Error(), "sluice migrate") {
+		t.Fatalf("Open(missing keyspace) = %v, want an error naming sluice migrate", err)
+	}
+	cqltest.Exec(t, addr, "CREATE KEYSPACE "+ks+" WITH replication = {'class': 'SimpleStrategy', 'replication_factor': 1}")
+	_, err = cqlstore.Open(testContext(t), cfg)
+	if err == nil || !strings.Contains(err.Error(), "sluice migrate") {
+		t.Fatalf("Open(empty keyspace) = %v, want an error naming sluice migrate", err)
+	}
+}
+
+// Tests that the process-wide slot limit holds while far more Gets than
+// slots run at once, counted by a QueryObserver on every attempt, and that
+// the excess waited rather than failed.
+func TestInflightBound(t *testing.T) {
+	cfg := cqltest.Keyspace(t, "sluice_test_inflight")
+	obs := &cqltest.Observer{}
+	cfg.QueryObserver = obs
+	cfg.MaxInflight = 4
+	s := mustOpen(t, cfg)
+	defer s.Close()
+	ctx := fanout.WithLimit(testContext(t), 64)
+	err := fanout.Each(ctx, 400, func(ctx context.Context, i int) error {
+		_, err := s.Get(ctx, fmt.Sprintf("at://did:plc:x/app.bsky.feed.post/3k%d", i))
+		if errors.Is(err, store.ErrNotFound) {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	peak, n := obs.Peak()
+	t.Logf("400 Gets, 64 callers, 4 slots: %d queries observed, peak %d in flight, %d waited", n, peak, s.Stats().Waits)
+	if n < 400 {
+		t.Errorf("observed %d queries, want at least 400", n)
+	}
+	if peak > 4 || peak < 2 {
+		t.Errorf("peak in flight = %d, want 2..4", peak)
+	}
+	if s.Stats().Waits == 0 || s.Stats().InFlight != 0 {
+		t.Errorf("stats = %+v, want waits > 0 and none in flight", s.Stats())
+	}
+}
+
+// Tests the flag values migrate and serve accept and the clear refusals
+// of bad ones.
+func TestConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		mutate  func(*cqlstore.Config)
+		wantErr string
+	}{
+		{"defaults", func(*cqlstore.Config) {}, ""},
+		{"no hosts is off, not an error", func(c *cqlstore.Config) { c.Hosts = nil; c.Keyspace = "" }, ""},
+		{"bad keyspace", func(c *cqlstore.Config) { c.Keyspace = "posts; DROP" }, "must start with a letter"},
+		{"long keyspace", func(c *cqlstore.Config) { c.Keyspace = strings.Repeat("k", 49) }, "1 to 48 characters"},
+		{"bad consistency", func(c *cqlstore.Config) { c.ReadConsistency = "SOME" }, `unknown level "SOME"`},
+		{"zero inflight", func(c *cqlstore.Config) { c.MaxInflight = 0 }, "max inflight 0 is outside [1, 65536]"},
+		{"too many retries", func(c *cqlstore.Config) { c.Retries = 50 }, "retries 50 is outside [0, 10]"},
+		{"empty dc", func(c *cqlstore.Config) { c.DC = "" }, "dc is empty"},
+		{"zero timeout", func(c *cqlstore.Config) { c.Timeout = 0 }, "timeout 0s must be positive"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := cqlstore.DefaultConfig()
+			c.Hosts = []string{"127.0.0.1"}
+			tc.mutate(&c)
+			err := c.Validate()
+			if tc.wantErr == "" && err != nil || tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Errorf("Validate() = %v, want %q", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// Tests the replication flag's two forms and its refusals.
+func TestParseReplication(t *testing.T) {
+	for _, tc := range []struct {
+		in, want, wantErr string
+	}{
+		{in: "1", want: "SimpleStrategy RF 1"},
+		{in: "dc2:3, dc1:3", want: "NetworkTopologyStrategy dc1:3,dc2:3"},
+		{in: "0", wantErr: "factor 0 is outside [1, 15]"},
+		{in: "dc1", wantErr: `"dc1" is not dc:factor`},
+		{in: "dc1:x", wantErr: "is not dc:factor"},
+		{in: "dc'1:3", wantErr: "quote"},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			r, err := cqlstore.ParseReplication(tc.in)
+			switch {
+			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+				t.Errorf("ParseReplication(%q) error = %v, want %q", tc.in, err, tc.wantErr)
+			case tc.wantErr == "" && (err != nil || r.String() != tc.want):
+				t.Errorf("ParseReplication(%q) = %v, %v; want %s", tc.in, r, err, tc.want)
+			}
+		})
+	}
+}

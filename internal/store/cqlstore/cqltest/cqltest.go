@@ -1,0 +1,138 @@
+// Package cqltest prepares keyspaces on the test Cassandra for tests of
+// the CQL store and of servers built on it.
+//
+// Every package's tests share one Cassandra node (scripts/test-deps.sh
+// starts it) and run in parallel with other packages, so each test gets a
+// keyspace of its own name, dropped and migrated afresh. The package does
+// not start Cassandra; testenv.Cassandra finds it or skips the test.
+package cqltest
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gocql/gocql"
+
+	"github.com/sluice-dev/sluice/internal/store/cqlstore"
+	"github.com/sluice-dev/sluice/internal/testenv"
+)
+
+// timeout bounds schema changes, which wait for schema agreement.
+const timeout = 60 * time.Second
+
+// Keyspace drops keyspace name if it exists, creates it with sluice's
+// schema (SimpleStrategy, RF 1) and returns a config for it on the test
+// Cassandra. The keyspace is left in place after the test, for
+// inspection; the next run drops it.
+func Keyspace(t testing.TB, name string) cqlstore.Config {
+	t.Helper()
+	addr := testenv.Cassandra(t)
+	cfg := cqlstore.DefaultConfig()
+	cfg.Hosts, cfg.Keyspace = []string{addr}, name
+	cfg.MaxInflight = 64
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	Exec(t, addr, "DROP KEYSPACE IF EXISTS "+name)
+	rf, _ := cqlstore.ParseReplication("1")
+	if _, err := cqlstore.Migrate(ctx, cfg, rf, func(string, ...any) {}); err != nil {
+		t.Fatalf("migrate %s: %v", name, err)
+	}
+	return cfg
+}
+
+// Exec runs one statement on the Cassandra at addr, outside any keyspace.
+func Exec(t testing.TB, addr, stmt string, values ...any) {
+	t.Helper()
+	c := gocql.NewCluster(addr)
+	c.Timeout, c.ConnectTimeout = 30*time.Second, 10*time.Second
+	c.DisableInitialHostLookup = true
+	c.NumConns = 1
+	s, err := c.CreateSession()
+	if err != nil {
+		t.Fatalf("connect to %s: %v", addr, err)
+	}
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := s.Query(stmt, values...).WithContext(ctx).Exec(); err != nil {
+		t.Fatalf("%s: %v", stmt, err)
+	}
+}
+
+// Truncate empties the records table of cfg's keyspace.
+func Truncate(t testing.TB, cfg cqlstore.Config) {
+	t.Helper()
+	Exec(t, cfg.Hosts[0], fmt.Sprintf("TRUNCATE %s.records", cfg.Keyspace))
+}
+
+// Observer is a gocql.QueryObserver that records when every query attempt
+// started and ended, to count how many were in flight at once. It is safe
+// for concurrent use.
+type Observer struct {
+	mu    sync.Mutex
+	spans []span
+}
+
+type span struct {
+	start, end time.Time
+	statement  string
+	values     int
+}
+
+// ObserveQuery implements gocql.QueryObserver.
+func (o *Observer) ObserveQuery(_ context.Context, q gocql.ObservedQuery) {
+	o.mu.Lock()
+	o.spans = append(o.spans, span{q.Start, q.End, q.Statement, len(q.Values)})
+	o.mu.Unlock()
+}
+
+// Reset forgets every attempt seen so far.
+func (o *Observer) Reset() {
+	o.mu.Lock()
+	o.spans = nil
+	o.mu.Unlock()
+}
+
+// Peak returns the most attempts that were in flight at one instant, and
+// how many attempts were observed in all. An attempt that ended at the
+// instant another started does not overlap it.
+func (o *Observer) Peak() (peak, n int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	type edge struct {
+		at    time.Time
+		delta int
+	}
+	edges := make([]edge, 0, 2*len(o.spans))
+	for _, s := range o.spans {
+		edges = append(edges, edge{s.start, +1}, edge{s.end, -1})
+	}
+	slices.SortFunc(edges, func(a, b edge) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return a.delta - b.delta // ends before starts at the same instant
+	})
+	cur := 0
+	for _, e := range edges {
+		cur += e.delta
+		peak = max(peak, cur)
+	}
+	return peak, len(o.spans)
+}
+
+// Statements counts the attempts of each statement text, by the number of
+// values bound to it: "SELECT … WHERE uri = ? / 1 values".
+func (o *Observer) Statements() map[string]int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := map[string]int{}
+	for _, s := range o.spans {
+		out[fmt.Sprintf("%s / %d values", s.statement, s.values)]++
+	}
+	return out
+}

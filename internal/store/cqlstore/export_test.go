@@ -1,0 +1,6 @@
+package cqlstore
+
+import "context"
+
+// Acquire lets the external tests hold query slots.
+func (s *Store) Acquire(ctx context.Context) (release func(), err error) { return s.acquire(ctx) }
