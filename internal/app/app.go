@@ -45,12 +45,25 @@ type App struct {
 	closers   []func() error
 }
 
+// Option adjusts how New builds an App.
+type Option func(*App)
+
+// WithStore serves records from st instead of opening the embedded store
+// in Config.DataDir. The App takes ownership: Close closes st. Tests use
+// it to put a failing or network store behind a real server.
+func WithStore(st store.Store) Option {
+	return func(a *App) { a.Store = st }
+}
+
 // New opens the store and builds every part; it listens on nothing yet.
-func New(cfg Config, log *slog.Logger) (*App, error) {
+func New(cfg Config, log *slog.Logger, opts ...Option) (*App, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	a := &App{cfg: cfg, log: log}
+	for _, opt := range opts {
+		opt(a)
+	}
 	if err := a.build(); err != nil {
 		a.Close()
 		return nil, err
@@ -59,11 +72,15 @@ func New(cfg Config, log *slog.Logger) (*App, error) {
 }
 
 func (a *App) build() error {
-	st, err := boltstore.Open(filepath.Join(a.cfg.DataDir, StoreFile), boltstore.Options{})
-	if err != nil {
-		return err
+	if a.Store == nil {
+		st, err := boltstore.Open(filepath.Join(a.cfg.DataDir, StoreFile), boltstore.Options{})
+		if err != nil {
+			return err
+		}
+		a.Store = st
 	}
-	a.Store, a.closers = st, append(a.closers, st.Close)
+	a.closers = append(a.closers, a.Store.Close)
+	var err error
 	if a.Cache, err = cache.New(a.cfg.Cache); err != nil {
 		return err
 	}
