@@ -144,7 +144,14 @@ func (s *Service) read(ctx context.Context, uris []string) (map[string]Result, C
 }
 
 // loadAll reads misses from the store under the request's fan-out limit.
+// Store reads end a little before the request does (storeContext): a
+// store that hangs is then reported as unavailable while the caller is
+// still waiting for an answer, instead of the caller's deadline passing
+// with no word of why.
 func (s *Service) loadAll(ctx context.Context, uris []string) ([]Result, error) {
+	reqCtx := ctx
+	ctx, cancel := storeContext(ctx)
+	defer cancel()
 	out := make([]Result, len(uris))
 	var failed atomic.Int64
 	var firstErr atomic.Pointer[error]
@@ -162,9 +169,25 @@ func (s *Service) loadAll(ctx context.Context, uris []string) ([]Result, error) 
 		if p := firstErr.Load(); p != nil {
 			err = *p
 		}
+		if errors.Is(err, context.DeadlineExceeded) && reqCtx.Err() == nil {
+			return nil, fmt.Errorf("posts: read %d uris from the store: %w: no answer before the request's deadline (%v)", len(uris), store.ErrUnavailable, err)
+		}
 		return nil, fmt.Errorf("posts: read %d uris from the store: %w", len(uris), err)
 	}
 	return out, nil
+}
+
+// storeContext ends a fifth of the time left before ctx's deadline, and
+// at most 250ms before it: time enough to turn the store's silence into
+// an answer and send it, even on a busy machine, before the caller (whose
+// deadline started earlier) gives up.
+func storeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return context.WithCancel(ctx)
+	}
+	margin := min(time.Until(deadline)/5, 250*time.Millisecond)
+	return context.WithDeadline(ctx, deadline.Add(-margin))
 }
 
 // load reads one URI from the store, sharing the read with concurrent
