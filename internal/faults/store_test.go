@@ -195,9 +195,9 @@ func openSwitchStore(t *testing.T) breakableStore {
 }
 
 func (s *switchStore) Backend() store.Store { return s }
-func (s *switchStore) Down(*testing.T)    { s.mode.Store(1) }
-func (s *switchStore) Slow(*testing.T)    { s.mode.Store(2) }
-func (s *switchStore) Heal(*testing.T)    { s.mode.Store(0) }
+func (s *switchStore) Down(*testing.T)      { s.mode.Store(1) }
+func (s *switchStore) Slow(*testing.T)      { s.mode.Store(2) }
+func (s *switchStore) Heal(*testing.T)      { s.mode.Store(0) }
 func (s *switchStore) failOn(uris ...string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
