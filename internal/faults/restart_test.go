@@ -389,4 +389,3 @@ func timeWait(t *testing.T, addr netip.AddrPort) int {
 	}
 	return counts[sockets.TimeWait]
 }
-
