@@ -5,7 +5,7 @@ GO ?= go
 TEST_FLAGS ?= -race -timeout 15m
 FUZZTIME ?= 5s
 
-.PHONY: help run build test unit generate fuzz fuzz-long vet deps-up deps-down clean
+.PHONY: help run build test test-faults unit generate fuzz fuzz-long vet deps-up deps-down clean
 
 help: ## list targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -27,6 +27,10 @@ test: vet ## start real servers, run all tests and brief fuzzing
 	eval "$$(scripts/test-deps.sh up)" && \
 	$(GO) test $(TEST_FLAGS) ./... && \
 	$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME)
+
+test-faults: ## fault scenarios again with 10x longer phases (a few minutes; CI runs it after test)
+	eval "$$(scripts/test-deps.sh up)" && \
+	SLUICE_FAULTS_SOAK=1 $(GO) test $(TEST_FLAGS) -count=1 -v ./internal/faults/
 
 fuzz: ## run each fuzz target for FUZZTIME (default 5s)
 	scripts/fuzz.sh $(FUZZTIME)

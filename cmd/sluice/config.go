@@ -17,6 +17,9 @@ func parseServeFlags(args []string) (app.Config, error) {
 	maxConns := fs.Int("memcached-max-conns", def.Cache.MaxConnsPerServer, "hard cap on connections (in use + idle) per memcached server")
 	configPath := fs.String("config", "", "YAML config file (policies per method, cache TTLs, client list)")
 	drain := fs.Duration("drain-timeout", def.DrainTimeout, "how long SIGTERM waits for in-flight requests")
+	tlsCert := fs.String("tls-cert", "", "server certificate (PEM); with --tls-key and --client-ca turns on mutual TLS")
+	tlsKey := fs.String("tls-key", "", "server private key (PEM)")
+	clientCA := fs.String("client-ca", "", "CA certificates (PEM) that client certificates must chain to")
 	if err := fs.Parse(args); err != nil {
 		return app.Config{}, err
 	}
@@ -29,6 +32,9 @@ func parseServeFlags(args []string) (app.Config, error) {
 	cfg.DataDir, cfg.GRPCAddr, cfg.HTTPAddr, cfg.DrainTimeout = *dataDir, *grpcAddr, *httpAddr, *drain
 	cfg.Cache.Servers = splitList(*memcached)
 	cfg.Cache.MaxConnsPerServer = *maxConns
+	setIf(&cfg.TLS.CertFile, *tlsCert)
+	setIf(&cfg.TLS.KeyFile, *tlsKey)
+	setIf(&cfg.TLS.ClientCAFile, *clientCA)
 	return cfg, cfg.Validate()
 }
 
@@ -40,4 +46,11 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// setIf sets *dst to v when the flag was given.
+func setIf(dst *string, v string) {
+	if v != "" {
+		*dst = v
+	}
 }

@@ -21,12 +21,15 @@ import (
 	"github.com/sluice-dev/sluice/internal/aturi"
 	"github.com/sluice-dev/sluice/internal/cache"
 	"github.com/sluice-dev/sluice/internal/guard"
+	"github.com/sluice-dev/sluice/internal/identity"
 	"github.com/sluice-dev/sluice/internal/posts"
 	"github.com/sluice-dev/sluice/internal/rpc"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/store/boltstore"
 	"github.com/sluice-dev/sluice/internal/telemetry"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 )
 
 // StoreFile is the embedded store's file name inside Config.DataDir.
@@ -96,7 +99,11 @@ func (a *App) build() error {
 	if err := a.Telemetry.ObserveCache(a.Cache.Stats); err != nil {
 		return err
 	}
-	if a.Guard, err = guard.New(a.cfg.Guard, guard.WithObserver(requests)); err != nil {
+	guardOpts, err := a.identityOptions()
+	if err != nil {
+		return err
+	}
+	if a.Guard, err = guard.New(a.cfg.Guard, append(guardOpts, guard.WithObserver(requests))...); err != nil {
 		return err
 	}
 	instrumented, err := a.Telemetry.InstrumentStore(a.Store)
@@ -109,6 +116,22 @@ func (a *App) build() error {
 	}
 	a.Admin = admin.New(a.Telemetry.Handler())
 	return nil
+}
+
+// identityOptions turns on mutual TLS and certificate identities when
+// the config asks for them.
+func (a *App) identityOptions() ([]guard.Option, error) {
+	if !a.cfg.TLS.Enabled() {
+		return nil, nil
+	}
+	tlsCfg, err := a.cfg.TLS.ServerTLS()
+	if err != nil {
+		return nil, err
+	}
+	return []guard.Option{
+		guard.WithGRPCOptions(grpc.Creds(credentials.NewTLS(tlsCfg))),
+		guard.WithIdentity(identity.NewResolver(a.cfg.TLS).Resolve),
+	}, nil
 }
 
 // Close releases the cache, store and telemetry, in reverse order of
@@ -139,7 +162,7 @@ func (a *App) Listen() (grpcLis, httpLis net.Listener, err error) {
 func (a *App) Serve(ctx context.Context, grpcLis, httpLis net.Listener) error {
 	a.log.Info("sluice serving", "grpc", grpcLis.Addr().String(), "admin", httpLis.Addr().String(),
 		"memcached", a.cfg.Cache.Servers, "memcached_max_conns", a.cfg.Cache.MaxConnsPerServer,
-		"data_dir", a.cfg.DataDir, "tls", false, "note", loopbackNote(grpcLis.Addr()))
+		"data_dir", a.cfg.DataDir, "tls", a.cfg.TLS.Enabled(), "note", a.trustNote(grpcLis.Addr()))
 	g := new(errgroup.Group)
 	g.SetLimit(3)
 	g.Go(func() error { return a.Guard.Serve(grpcLis) })
@@ -164,6 +187,13 @@ func (a *App) drain() error {
 	shutdownCtx, cancel2 := context.WithTimeout(context.Background(), time.Second)
 	defer cancel2()
 	return a.Admin.Shutdown(shutdownCtx)
+}
+
+func (a *App) trustNote(addr net.Addr) string {
+	if a.cfg.TLS.Enabled() {
+		return "mutual TLS: callers are named by their verified certificates"
+	}
+	return loopbackNote(addr)
 }
 
 func loopbackNote(addr net.Addr) string {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/cache"
 	"github.com/sluice-dev/sluice/internal/guard"
+	"github.com/sluice-dev/sluice/internal/identity"
 	"github.com/sluice-dev/sluice/internal/rpc"
 	"github.com/sluice-dev/sluice/internal/telemetry"
 	"gopkg.in/yaml.v3"
@@ -21,6 +22,7 @@ type fileConfig struct {
 	Guard     guard.Config     `yaml:"guard"`
 	Cache     cacheFile        `yaml:"cache"`
 	Telemetry telemetry.Config `yaml:"telemetry"`
+	TLS       identity.TLSConfig `yaml:"tls"`
 }
 
 // cacheFile holds the cache settings a file may change; servers and the
@@ -45,6 +47,8 @@ type Config struct {
 	Guard        guard.Config
 	Cache        cache.Config
 	Telemetry    telemetry.Config
+	// TLS turns on mutual TLS and client allow-listing; off by default.
+	TLS identity.TLSConfig
 }
 
 // DefaultConfig returns the defaults of every component, with the
@@ -79,6 +83,7 @@ func (c *Config) LoadFile(path string) error {
 	c.Guard = c.Guard.Merge(f.Guard)
 	c.Cache = overlayCache(c.Cache, f.Cache)
 	c.Telemetry = f.Telemetry
+	c.TLS = f.TLS
 	return nil
 }
 
@@ -110,6 +115,9 @@ func (c Config) Validate() error {
 		errs = append(errs, err)
 	}
 	if err := c.Cache.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.TLS.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if longest := c.longestTimeout(); c.Cache.TombstoneTTL <= longest {

@@ -21,6 +21,7 @@ const (
 	ReasonShape    = "shape"    // the request broke its method's shape limits
 	ReasonOverload = "overload" // no process-wide capacity before the deadline
 	ReasonDeadline = "deadline" // the deadline had passed before work could start
+	ReasonIdentity = "identity" // the caller may not call (mutual TLS)
 )
 
 // Request describes one guarded request to an Observer.
@@ -53,7 +54,11 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 		return handler(ctx, req)
 	}
 	start := time.Now()
-	client := identity.FromIncoming(ctx)
+	client, err := s.identify(ctx)
+	if err != nil {
+		s.observer.Rejected(ctx, Request{Client: identity.Unknown, Method: info.FullMethod}, ReasonIdentity)
+		return nil, status.Errorf(codes.PermissionDenied, "%s: %v", shortName(info.FullMethod), err)
+	}
 	ctx = identity.WithClient(ctx, client)
 	r := Request{Client: client, Method: info.FullMethod, Items: 1}
 

@@ -67,9 +67,12 @@ func (r *Requests) Rejected(ctx context.Context, req guard.Request, reason strin
 	set := r.attrs(req.Client, m)
 	r.batchSize.Record(ctx, int64(req.Items), metric.WithAttributeSet(set))
 	r.rejections.Add(ctx, 1, metric.WithAttributeSet(set), metric.WithAttributes(attribute.String("reason", reason)))
-	code := codes.InvalidArgument
-	if reason != guard.ReasonShape {
-		code = codes.Unavailable
+	code := codes.Unavailable
+	switch reason {
+	case guard.ReasonShape:
+		code = codes.InvalidArgument
+	case guard.ReasonIdentity:
+		code = codes.PermissionDenied
 	}
 	r.requests.Add(ctx, 1, metric.WithAttributeSet(set), metric.WithAttributes(attribute.String("code", code.String())))
 }
