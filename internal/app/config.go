@@ -19,9 +19,9 @@ import (
 // fileConfig is the shape of the YAML file given with --config. Every
 // section is optional; what it leaves out keeps its default.
 type fileConfig struct {
-	Guard     guard.Config     `yaml:"guard"`
-	Cache     cacheFile        `yaml:"cache"`
-	Telemetry telemetry.Config `yaml:"telemetry"`
+	Guard     guard.Config       `yaml:"guard"`
+	Cache     cacheFile          `yaml:"cache"`
+	Telemetry telemetry.Config   `yaml:"telemetry"`
 	TLS       identity.TLSConfig `yaml:"tls"`
 }
 
