@@ -62,7 +62,9 @@ func TestStoreFaults(t *testing.T) {
 
 func runStoreFault(t *testing.T, bs breakableStore, mode string) {
 	const cached = 1000 // posts [0, cached) are warmed; the rest never are
-	srv := apptest.Start(t, apptest.Options{Memcached: testenv.SharedMemcached(t), Posts: 2 * cached, Store: bs.Backend()})
+	// A private memcached: the shared one may hold these (seeded, so
+	// always the same) posts from an earlier run.
+	srv := apptest.Start(t, apptest.Options{Memcached: testenv.StartMemcached(t).Addr(), Posts: 2 * cached, Store: bs.Backend()})
 	for from := 0; from < cached; from += 500 {
 		if _, err := srv.Client.GetPostRecords(srv.Ctx("warmup"), &sluicev1.GetPostRecordsRequest{Uris: srv.URIs(from, from+500)}); err != nil {
 			t.Fatalf("warm up: %v", err)
@@ -231,7 +233,7 @@ func (s *switchStore) Get(ctx context.Context, uri string) (store.Record, error)
 // the embedded store and fails chosen URIs.
 func TestStorePartialBatchFailure(t *testing.T) {
 	sw := openSwitchStore(t).(*switchStore)
-	srv := apptest.Start(t, apptest.Options{Memcached: testenv.SharedMemcached(t), Posts: 400, Store: sw})
+	srv := apptest.Start(t, apptest.Options{Memcached: testenv.StartMemcached(t).Addr(), Posts: 400, Store: sw})
 	cachedBatch, coldBatch := srv.URIs(0, 100), srv.URIs(200, 300)
 	if _, err := srv.Client.GetPostRecords(srv.Ctx("warmup"), &sluicev1.GetPostRecordsRequest{Uris: cachedBatch}); err != nil {
 		t.Fatal(err)
