@@ -50,15 +50,8 @@ func (p *proxiedStore) Down(t *testing.T) { must(t, p.proxy.Disable()) }
 
 // Slow delays every answer by longer than any method timeout.
 func (p *proxiedStore) Slow(t *testing.T) {
-	addToxic(t, p.proxy, "store-slow", "latency", "downstream", 1, toxiclient.Attributes{"latency": int((5 * time.Second).Milliseconds())})
+	rewire(t, p.proxy, toxic{"store-slow", "latency", "downstream", 1, toxiclient.Attributes{"latency": int((5 * time.Second).Milliseconds())}})
 }
 
-// Heal re-enables the proxy and removes the latency.
-func (p *proxiedStore) Heal(t *testing.T) {
-	must(t, p.proxy.Enable())
-	if toxics, err := p.proxy.Toxics(); err == nil {
-		for _, tx := range toxics {
-			must(t, p.proxy.RemoveToxic(tx.Name))
-		}
-	}
-}
+// Heal puts back a plain, enabled link.
+func (p *proxiedStore) Heal(t *testing.T) { rewire(t, p.proxy) }

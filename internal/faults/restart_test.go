@@ -227,7 +227,7 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 	c := newCluster(t, p.Listen, 2000, "--config", cfgFile, "--drain-timeout", drain.String())
 	sl := c.start()
 	sl.waitReady(t, time.Now(), 10*time.Second)
-	addToxic(t, p, "slow", "latency", "downstream", 1, toxiclient.Attributes{"latency": 300})
+	rewire(t, p, toxic{"slow", "latency", "downstream", 1, toxiclient.Attributes{"latency": 300}})
 
 	stop := make(chan struct{})
 	wait := hammer(t, c.grpcAddr, c.uris, 8, stop)

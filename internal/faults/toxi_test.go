@@ -81,12 +81,43 @@ func proxyTo(t *testing.T, upstream string) *toxiclient.Proxy {
 	return p
 }
 
-// addToxic adds a toxic, failing the test if toxiproxy refuses it.
-func addToxic(t *testing.T, p *toxiclient.Proxy, name, typ, stream string, toxicity float32, attrs toxiclient.Attributes) {
+// toxic is a toxic to put on a proxy.
+type toxic struct {
+	name, typ, stream string
+	toxicity          float32
+	attrs             toxiclient.Attributes
+}
+
+// rewire replaces p by a proxy on the same address and upstream that
+// carries toxics from its first connection: the old proxy and its
+// connections are closed, the new one is created disabled, given its
+// toxics, then enabled. sluice sees its connections drop and redials
+// into the fault (or, with no toxics, into a healthy link).
+//
+// Toxics are never added to live connections: toxiproxy v2.5.0 (the
+// newest the module proxy serves here) deadlocks adding a toxic to a link
+// whose client closed while data was in flight — its pipe stays blocked
+// and the API call hangs until its 25s timeout.
+func rewire(t *testing.T, p *toxiclient.Proxy, toxics ...toxic) *toxiclient.Proxy {
 	t.Helper()
-	if _, err := p.AddToxic(name, typ, stream, toxicity, attrs); err != nil {
-		t.Fatalf("toxiproxy: add %s toxic: %v", typ, err)
+	if err := p.Delete(); err != nil {
+		t.Fatalf("toxiproxy: delete %s: %v", p.Name, err)
 	}
+	np := toxi.NewProxy()
+	np.Name, np.Listen, np.Upstream, np.Enabled = p.Name, p.Listen, p.Upstream, false
+	if err := np.Save(); err != nil {
+		t.Fatalf("toxiproxy: recreate %s on %s: %v", p.Name, p.Listen, err)
+	}
+	for _, tx := range toxics {
+		if _, err := np.AddToxic(tx.name, tx.typ, tx.stream, tx.toxicity, tx.attrs); err != nil {
+			t.Fatalf("toxiproxy: add %s toxic: %v", tx.typ, err)
+		}
+	}
+	if err := np.Enable(); err != nil {
+		t.Fatalf("toxiproxy: enable %s: %v", p.Name, err)
+	}
+	*p = *np
+	return p
 }
 
 // soak reports whether the long phases of `make test-faults` were asked
