@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TIME=${1:-5s}
-grep -rl --include='*_test.go' '^func Fuzz' internal pkg cmd 2>/dev/null | sort | while read -r file; do
+grep -rl --include='*_test.go' '^func Fuzz' $(ls -d internal pkg cmd 2>/dev/null) | sort | while read -r file; do
   pkg=./$(dirname "$file")
   for target in $(grep -oE '^func Fuzz[A-Za-z0-9_]+' "$file" | sed 's/^func //'); do
     echo "fuzz: $pkg $target for $TIME"
