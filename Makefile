@@ -5,7 +5,7 @@ GO ?= go
 TEST_FLAGS ?= -race -timeout 15m
 FUZZTIME ?= 5s
 
-.PHONY: help run build test test-timing unit generate fuzz fuzz-long vet deps-up deps-down clean appview-test compose-check bench load-build
+.PHONY: help run build test test-timing test-faults unit generate fuzz fuzz-long vet deps-up deps-down clean appview-test compose-check bench load-build
 
 help: ## list targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -33,6 +33,10 @@ test: vet ## start real servers, run all tests and brief fuzzing
 TIMING_TESTS ?= TestIncidentMix|TestOverloadShedsAndKeepsGoodput
 test-timing: ## the latency-ratio tests, without the race detector (make test runs them)
 	$(GO) test -count=1 -timeout 10m -run '$(TIMING_TESTS)' ./internal/app/
+
+test-faults: ## fault scenarios again with 10x longer phases (a few minutes; CI runs it after test)
+	eval "$$(scripts/test-deps.sh up)" && \
+	SLUICE_FAULTS_SOAK=1 $(GO) test $(TEST_FLAGS) -count=1 -v ./internal/faults/
 
 fuzz: ## run each fuzz target for FUZZTIME (default 5s)
 	scripts/fuzz.sh $(FUZZTIME)

@@ -27,6 +27,9 @@ func parseServe(args []string) (serveFlags, error) {
 	otlp := fs.String("otlp-endpoint", "", "OTLP/gRPC collector for traces (host:port, plaintext, or a URL); empty: tracing off")
 	ratio := fs.Float64("trace-sample-ratio", -1, "share of new traces sampled, 0 to 1 (default: the config file's, else 0.01)")
 	def.CQL.RegisterFlags(fs)
+	tlsCert := fs.String("tls-cert", "", "server certificate (PEM); with --tls-key and --client-ca turns on mutual TLS")
+	tlsKey := fs.String("tls-key", "", "server private key (PEM)")
+	clientCA := fs.String("client-ca", "", "CA certificates (PEM) that client certificates must chain to")
 	if err := fs.Parse(args); err != nil {
 		return serveFlags{}, err
 	}
@@ -46,6 +49,9 @@ func parseServe(args []string) (serveFlags, error) {
 		cfg.Telemetry.TraceSampleRatio = *ratio
 	}
 	cfg.StoreReadDelay = *storeDelay
+	setIf(&cfg.TLS.CertFile, *tlsCert)
+	setIf(&cfg.TLS.KeyFile, *tlsKey)
+	setIf(&cfg.TLS.ClientCAFile, *clientCA)
 	return serveFlags{cfg: cfg, configPath: *configPath}, cfg.Validate()
 }
 
@@ -57,4 +63,11 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// setIf sets *dst to v when the flag was given.
+func setIf(dst *string, v string) {
+	if v != "" {
+		*dst = v
+	}
 }

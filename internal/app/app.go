@@ -24,6 +24,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/cache"
 	"github.com/sluice-dev/sluice/internal/clientpage"
 	"github.com/sluice-dev/sluice/internal/guard"
+	"github.com/sluice-dev/sluice/internal/identity"
 	"github.com/sluice-dev/sluice/internal/posts"
 	"github.com/sluice-dev/sluice/internal/rpc"
 	"github.com/sluice-dev/sluice/internal/store"
@@ -31,6 +32,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 )
 
 // StoreFile is the embedded store's file name inside Config.DataDir.
@@ -64,6 +66,13 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 	return func(a *App) { a.tracer = tp }
 }
 
+// WithStore serves records from st instead of opening the embedded store
+// in Config.DataDir. The App takes ownership: Close closes st. Tests use
+// it to put a failing or network store behind a real server.
+func WithStore(st store.Store) Option {
+	return func(a *App) { a.Store = st }
+}
+
 // New opens the store and builds every part; it listens on nothing yet.
 // When log's handler is a *telemetry.LogHandler, its counters are
 // exported as metrics.
@@ -84,15 +93,18 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*App, error) {
 }
 
 func (a *App) build() error {
-	openCtx, cancel := context.WithTimeout(context.Background(), storeOpenTimeout)
-	defer cancel()
-	st, err := OpenStore(openCtx, a.cfg)
-	if err != nil {
-		return err
+	if a.Store == nil {
+		openCtx, cancel := context.WithTimeout(context.Background(), storeOpenTimeout)
+		defer cancel()
+		st, err := OpenStore(openCtx, a.cfg)
+		if err != nil {
+			return err
+		}
+		a.Store = st
 	}
-	a.Store, a.closers = st, append(a.closers, st.Close)
+	a.closers = append(a.closers, a.Store.Close)
 	if a.cfg.StoreReadDelay > 0 {
-		a.Store = delayedStore{Store: st, delay: a.cfg.StoreReadDelay}
+		a.Store = delayedStore{Store: a.Store, delay: a.cfg.StoreReadDelay}
 	}
 	tp, err := a.tracerProvider()
 	if err != nil {
@@ -113,8 +125,13 @@ func (a *App) build() error {
 	if err := a.observe(); err != nil {
 		return err
 	}
-	if a.Guard, err = guard.New(a.cfg.Guard, guard.WithObserver(requests),
-		guard.WithGRPCOptions(grpc.StatsHandler(telemetry.ServerStatsHandler(tp)))); err != nil {
+	guardOpts, err := a.identityOptions()
+	if err != nil {
+		return err
+	}
+	guardOpts = append(guardOpts, guard.WithObserver(requests),
+		guard.WithGRPCOptions(grpc.StatsHandler(telemetry.ServerStatsHandler(tp))))
+	if a.Guard, err = guard.New(a.cfg.Guard, guardOpts...); err != nil {
 		return err
 	}
 	instrumented, err := a.Telemetry.InstrumentStore(a.Store)
@@ -185,6 +202,22 @@ func (a *App) registerBsky(st store.Store, requests *telemetry.Requests) error {
 	return a.Guard.Register(&bsky.Service_ServiceDesc, svc)
 }
 
+// identityOptions turns on mutual TLS and certificate identities when
+// the config asks for them.
+func (a *App) identityOptions() ([]guard.Option, error) {
+	if !a.cfg.TLS.Enabled() {
+		return nil, nil
+	}
+	tlsCfg, err := a.cfg.TLS.ServerTLS()
+	if err != nil {
+		return nil, err
+	}
+	return []guard.Option{
+		guard.WithGRPCOptions(grpc.Creds(credentials.NewTLS(tlsCfg))),
+		guard.WithIdentity(identity.NewResolver(a.cfg.TLS).Resolve),
+	}, nil
+}
+
 // Close releases the cache, store and telemetry, in reverse order of
 // opening.
 func (a *App) Close() error {
@@ -213,7 +246,7 @@ func (a *App) Listen() (grpcLis, httpLis net.Listener, err error) {
 func (a *App) Serve(ctx context.Context, grpcLis, httpLis net.Listener) error {
 	a.log.Info("sluice serving", "grpc", grpcLis.Addr().String(), "admin", httpLis.Addr().String(),
 		"memcached", a.cfg.Cache.Servers, "memcached_max_conns", a.cfg.Cache.MaxConnsPerServer,
-		"store", a.cfg.storeName(), "tls", false, "note", loopbackNote(grpcLis.Addr()))
+		"store", a.cfg.storeName(), "tls", a.cfg.TLS.Enabled(), "note", a.trustNote(grpcLis.Addr()))
 	g := new(errgroup.Group)
 	g.SetLimit(3)
 	g.Go(func() error { return a.Guard.Serve(grpcLis) })
@@ -238,6 +271,13 @@ func (a *App) drain() error {
 	shutdownCtx, cancel2 := context.WithTimeout(context.Background(), time.Second)
 	defer cancel2()
 	return a.Admin.Shutdown(shutdownCtx)
+}
+
+func (a *App) trustNote(addr net.Addr) string {
+	if a.cfg.TLS.Enabled() {
+		return "mutual TLS: callers are named by their verified certificates"
+	}
+	return loopbackNote(addr)
 }
 
 func loopbackNote(addr net.Addr) string {

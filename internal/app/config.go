@@ -13,6 +13,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/cache"
 	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/guard/budget"
+	"github.com/sluice-dev/sluice/internal/identity"
 	"github.com/sluice-dev/sluice/internal/rpc"
 	"github.com/sluice-dev/sluice/internal/store/cqlstore"
 	"github.com/sluice-dev/sluice/internal/telemetry"
@@ -22,10 +23,11 @@ import (
 // fileConfig is the shape of the YAML file given with --config. Every
 // section is optional; what it leaves out keeps its default.
 type fileConfig struct {
-	Guard     guard.Config     `yaml:"guard"`
-	Cache     cacheFile        `yaml:"cache"`
-	Telemetry telemetry.Config `yaml:"telemetry"`
-	Admission *budget.Config   `yaml:"admission"`
+	Guard     guard.Config       `yaml:"guard"`
+	Cache     cacheFile          `yaml:"cache"`
+	Telemetry telemetry.Config   `yaml:"telemetry"`
+	Admission *budget.Config     `yaml:"admission"`
+	TLS       identity.TLSConfig `yaml:"tls"`
 }
 
 // cacheFile holds the cache settings a file may change; servers and the
@@ -56,6 +58,8 @@ type Config struct {
 	// CQL selects the CQL store when its Hosts are set; DataDir is then
 	// unused.
 	CQL cqlstore.Config
+	// TLS turns on mutual TLS and client allow-listing; off by default.
+	TLS identity.TLSConfig
 }
 
 // DefaultConfig returns the defaults of every component, with the
@@ -90,6 +94,7 @@ func (c *Config) LoadFile(path string) error {
 	c.Guard.Admission = f.admission()
 	c.Cache = overlayCache(c.Cache, f.Cache)
 	c.Telemetry = c.Telemetry.Merge(f.Telemetry)
+	c.TLS = f.TLS
 	return nil
 }
 
@@ -168,6 +173,9 @@ func (c Config) Validate() error {
 		errs = append(errs, err)
 	}
 	if err := c.Telemetry.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.TLS.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := c.CQL.Validate(); err != nil {

@@ -142,7 +142,14 @@ func (c *Cache) GetMulti(ctx context.Context, uris []string) map[string]Entry {
 // it never replaces an item already there, including a tombstone left by
 // a recent write; a refused ADD is normal. Values live for TTL, negative
 // entries for NegativeTTL. Failures are counted, not returned.
+//
+// A refill is best effort, so Fill gives up after one Timeout: calls
+// still waiting for a connection then are dropped. Without that bound a
+// slow or flapping memcached held reads that had their answer already
+// (the fault tests saw 2s deadlines pass queued behind refills).
 func (c *Cache) Fill(ctx context.Context, entries map[string]Entry) {
+	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
+	defer cancel()
 	items := make([]*memcache.Item, 0, len(entries))
 	for uri, e := range entries {
 		items = append(items, c.encode(uri, e))

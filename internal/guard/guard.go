@@ -6,7 +6,9 @@
 // outright. Every request then passes through one interceptor that, before
 // the handler does any I/O:
 //
-//  1. names the caller (package identity);
+//  1. names the caller (package identity) — from its verified certificate
+//     under mutual TLS (WithIdentity), refusing with PermissionDenied a
+//     caller that may not call;
 //  2. checks the request's shape against the method's policy — item count,
 //     empty batches, URI length — and answers InvalidArgument with a
 //     google.rpc.BadRequest detail that names the limit;
@@ -43,6 +45,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/guard/budget"
 	"github.com/sluice-dev/sluice/internal/guard/queue"
+	"github.com/sluice-dev/sluice/internal/identity"
 	"golang.org/x/sync/semaphore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
@@ -63,6 +66,7 @@ type Server struct {
 	budgets  *budget.Budgets
 	service  *estimates
 	observer Observer
+	identify func(context.Context) (string, error)
 	services []string
 
 	inflightItems atomic.Int64
@@ -80,6 +84,13 @@ type Option func(*Server, *[]grpc.ServerOption)
 // WithObserver reports every request's outcome to o (for metrics).
 func WithObserver(o Observer) Option {
 	return func(s *Server, _ *[]grpc.ServerOption) { s.observer = o }
+}
+
+// WithIdentity names callers with identify instead of trusting the name
+// they claim in metadata (identity.FromIncoming). An error refuses the
+// request with PermissionDenied, before its shape is checked.
+func WithIdentity(identify func(context.Context) (string, error)) Option {
+	return func(s *Server, _ *[]grpc.ServerOption) { s.identify = identify }
 }
 
 // WithGRPCOptions passes extra options (TLS credentials, stats handlers)
@@ -110,6 +121,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 		budgets:  budgets,
 		service:  newEstimates(),
 		observer: nopObserver{},
+		identify: claimedName,
 		health:   health.NewServer(),
 	}
 	grpcOpts := []grpc.ServerOption{grpc.MaxRecvMsgSize(cfg.MaxRecvMsgBytes)}
@@ -126,6 +138,9 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	return s, nil
 }
+
+// claimedName trusts the name the caller claims (no TLS).
+func claimedName(ctx context.Context) (string, error) { return identity.FromIncoming(ctx), nil }
 
 // Register serves impl as the service desc describes, after checking that
 // every method has a policy and a unary shape. The error names every

@@ -27,6 +27,7 @@ const (
 	ReasonOverload = "overload" // no process-wide capacity before the deadline
 	ReasonDeadline = "deadline" // too little of the deadline was left to do the work
 	ReasonQuota    = "quota"    // the client was over its budget
+	ReasonIdentity = "identity" // the caller may not call (mutual TLS)
 )
 
 // Request describes one guarded request to an Observer.
@@ -59,7 +60,11 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 		return handler(ctx, req)
 	}
 	start := time.Now()
-	client := identity.FromIncoming(ctx)
+	client, err := s.identify(ctx)
+	if err != nil {
+		s.observer.Rejected(ctx, Request{Client: identity.Unknown, Method: info.FullMethod}, ReasonIdentity)
+		return nil, status.Errorf(codes.PermissionDenied, "%s: %v", shortName(info.FullMethod), err)
+	}
 	ctx = identity.WithClient(ctx, client)
 	r := Request{Client: client, Method: info.FullMethod, Items: 1}
 

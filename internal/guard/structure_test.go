@@ -42,6 +42,7 @@ var goAllowed = []string{
 	"internal/guard",
 	"internal/guard/fanout",
 	"internal/app",
+	"internal/app/apptest",
 	"internal/admin",
 	"internal/telemetry",
 	"internal/testenv",

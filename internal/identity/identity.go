@@ -2,10 +2,14 @@
 //
 // A caller names itself with the gRPC metadata key x-client-id, or with
 // x-atlantis-caller, the header the AT Protocol AppView's data-plane client
-// sends. A request without either is attributed to "unknown". The name is
+// sends. A request without either is attributed to "unknown". Without TLS
+// that claim is trusted as is. With mutual TLS (TLSConfig, Resolver) the
+// name comes from the caller's verified certificate instead, a claim that
+// disagrees is refused, and an allow-list says who may call. The name is
 // carried in the context so that metrics and admission can use it; this
-// package does not authenticate callers and does not bound how many names
-// exist (metrics do that when they turn names into labels).
+// package does not bound how many names exist (metrics do that when they
+// turn names into labels) and does not choose gRPC codes (the guard
+// does).
 package identity
 
 import (

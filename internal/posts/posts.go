@@ -159,13 +159,20 @@ func (s *Service) read(ctx context.Context, uris []string) (map[string]Result, C
 }
 
 // loadAll reads misses from the store under the request's fan-out limit,
-// in a span. A failure other than the caller leaving is logged.
+// in a span. A failure other than the caller leaving is logged. Store
+// reads end a little before the request does (storeContext): a store that
+// hangs is then reported as unavailable while the caller is still waiting
+// for an answer, instead of the caller's deadline passing with no word of
+// why.
 func (s *Service) loadAll(ctx context.Context, uris []string) ([]Result, error) {
 	if len(uris) == 0 {
 		return nil, nil
 	}
 	ctx, span := s.opts.tracer.Start(ctx, "store.read", trace.WithAttributes(attribute.Int("sluice.batch.size", len(uris))))
 	defer span.End()
+	reqCtx := ctx
+	ctx, cancel := storeContext(ctx)
+	defer cancel()
 	out := make([]Result, len(uris))
 	var failed atomic.Int64
 	var firstErr atomic.Pointer[error]
@@ -185,7 +192,10 @@ func (s *Service) loadAll(ctx context.Context, uris []string) ([]Result, error) 
 		}
 		span.SetAttributes(attribute.Int64("sluice.store.failed", failed.Load()))
 		span.SetStatus(otelcodes.Error, err.Error())
-		if !isContextErr(err) {
+		if errors.Is(err, context.DeadlineExceeded) && reqCtx.Err() == nil {
+			err = fmt.Errorf("%w: no answer before the request's deadline (%v)", store.ErrUnavailable, err)
+		}
+		if !isContextErr(err) || errors.Is(err, store.ErrUnavailable) {
 			s.opts.log.Error("store read failed", "component", "store", "kind", "read", "uris", len(uris), "failed", failed.Load(), "err", err)
 		}
 		return nil, fmt.Errorf("posts: read %d uris from the store: %w", len(uris), err)
@@ -198,6 +208,19 @@ func (s *Service) loadAll(ctx context.Context, uris []string) ([]Result, error) 
 	}
 	span.SetAttributes(attribute.Int("sluice.store.found", found))
 	return out, nil
+}
+
+// storeContext ends a fifth of the time left before ctx's deadline, and
+// at most 250ms before it: time enough to turn the store's silence into
+// an answer and send it, even on a busy machine, before the caller (whose
+// deadline started earlier) gives up.
+func storeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return context.WithCancel(ctx)
+	}
+	margin := min(time.Until(deadline)/5, 250*time.Millisecond)
+	return context.WithDeadline(ctx, deadline.Add(-margin))
 }
 
 // load reads one URI from the store, sharing the read with concurrent

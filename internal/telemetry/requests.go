@@ -19,7 +19,7 @@ import (
 // reason outside it is counted as "other". Every reason gets a series (at
 // zero) as soon as a client calls a method, so dashboards and alerts see
 // a flat line instead of no data.
-var RejectionReasons = []string{guard.ReasonShape, guard.ReasonQuota, guard.ReasonOverload, guard.ReasonDeadline}
+var RejectionReasons = []string{guard.ReasonShape, guard.ReasonQuota, guard.ReasonOverload, guard.ReasonDeadline, guard.ReasonIdentity}
 
 // rejectionCodes is the gRPC code a rejection is answered with, by reason.
 var rejectionCodes = map[string]codes.Code{
@@ -27,6 +27,7 @@ var rejectionCodes = map[string]codes.Code{
 	guard.ReasonQuota:    codes.ResourceExhausted,
 	guard.ReasonOverload: codes.Unavailable,
 	guard.ReasonDeadline: codes.DeadlineExceeded,
+	guard.ReasonIdentity: codes.PermissionDenied,
 }
 
 // Requests records per-client request metrics and feeds the per-client
@@ -62,7 +63,7 @@ func (t *Telemetry) NewRequests() (*Requests, error) {
 		return nil, err
 	}
 	if r.rejections, err = m.Int64Counter("sluice.rejections",
-		metric.WithDescription("Requests refused before work started, by client, method and reason (shape, quota, overload, deadline).")); err != nil {
+		metric.WithDescription("Requests refused before work started, by client, method and reason (shape, quota, overload, deadline, identity).")); err != nil {
 		return nil, err
 	}
 	if r.items, err = m.Int64Counter("sluice.items",

@@ -1,127 +1,331 @@
-// Package apptest starts a real sluice for tests outside package app:
-// the embedded store seeded with synthetic posts, a private memcached
-// process, and gRPC and admin HTTP on loopback ports — built through
-// app.New, as `sluice serve` builds it. It refuses to fake anything:
-// without a memcached binary the test is skipped or failed by the rule of
-// package testenv.
+// Package apptest builds real sluice servers for tests outside package
+// app: the embedded store (or one the test supplies) seeded with synthetic
+// posts, the memcached the test names (or a private memcached process it
+// starts), gRPC and admin HTTP on loopback,
+// and a client connected to it — assembled through app.New, as `sluice
+// serve` assembles it.
+//
+// It also counts what the server logs (LineCounter) and reads what tests
+// assert on: /metrics families and the process's OS threads. It starts
+// one goroutine per server (Serve) and stops it when the test ends. It is
+// for tests only; nothing in the serving path imports it.
 package apptest
 
 import (
-	"bufio"
+	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/synth"
 	"github.com/sluice-dev/sluice/internal/testenv"
-	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 )
 
-// Options shape the server.
+// DefaultTimeout bounds every context this package hands out.
+const DefaultTimeout = 60 * time.Second
+
+// Options describe the server to start. The zero value serves 1,000
+// posts from the embedded store through a private memcached.
 type Options struct {
-	// Posts is how many synthetic posts to seed. Default 2000.
+	// Memcached is the memcached address sluice uses (a real server or a
+	// proxy in front of one). Empty: a private memcached is started
+	// (Server.Memcached).
+	Memcached string
+	// Posts is how many synthetic posts to seed. Default 1,000.
 	Posts int
-	// Configure may change the config before the server is built.
+	// Store, when set, replaces the embedded store; the server closes it.
+	Store store.Store
+	// Configure may change the config after the defaults are set.
 	Configure func(*app.Config)
+	// DialOptions replace the client's default (plaintext) dial options.
+	DialOptions []grpc.DialOption
 }
 
-// Server is a running sluice.
+// Server is a running sluice and a client of it.
 type Server struct {
-	App       *app.App
-	Config    app.Config
+	App      *app.App
+	Config   app.Config
+	Conn     *grpc.ClientConn
+	Client   sluicev1.PostRecordsClient
+	GRPCAddr string
+	AdminURL string
+	// MetricsURL is AdminURL's /metrics.
+	MetricsURL string
+	// Memcached is the private memcached, when Options.Memcached was
+	// empty; tests may stop, pause and restart it.
 	Memcached *testenv.Memcached
-	// GRPCAddr and AdminURL are where it serves; MetricsURL is its
-	// /metrics.
-	GRPCAddr, AdminURL, MetricsURL string
+	// Posts are the seeded records; Missing are URIs never stored.
+	Posts   []store.Record
+	Missing []string
 	// URIs are the seeded posts' URIs; URIFile holds them one per line,
 	// as `sluice seed --uris-out` writes them.
 	URIs    []string
 	URIFile string
+	// Log counts the lines the server logged.
+	Log *LineCounter
+	t   testing.TB
 }
 
-// Start seeds, builds and serves a sluice until the test ends.
+// Start builds, seeds and serves a sluice, and stops it when the test
+// ends, failing the test if serving or closing failed.
 func Start(t testing.TB, opts Options) *Server {
 	t.Helper()
-	if opts.Posts == 0 {
-		opts.Posts = 2000
-	}
-	mc := testenv.StartMemcached(t)
 	cfg := app.DefaultConfig()
 	cfg.DataDir = t.TempDir()
 	cfg.GRPCAddr, cfg.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.Cache.Servers = []string{mc.Addr()}
+	s := &Server{Log: &LineCounter{}, t: t}
+	if opts.Memcached == "" {
+		s.Memcached = testenv.StartMemcached(t)
+		opts.Memcached = s.Memcached.Addr()
+	}
+	cfg.Cache.Servers = []string{opts.Memcached}
 	cfg.DrainTimeout = 2 * time.Second
 	if opts.Configure != nil {
 		opts.Configure(&cfg)
 	}
-	a, err := app.New(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	s.Config = cfg
+	var appOpts []app.Option
+	if opts.Store != nil {
+		appOpts = append(appOpts, app.WithStore(opts.Store))
+	}
+	a, err := app.New(cfg, slog.New(slog.NewTextHandler(s.Log, nil)), appOpts...)
 	if err != nil {
 		t.Fatalf("apptest: app.New: %v", err)
 	}
-	s := &Server{App: a, Config: cfg, Memcached: mc}
-	s.seed(t, opts.Posts)
-	grpcLis, httpLis, err := a.Listen()
-	if err != nil {
-		a.Close()
-		t.Fatalf("apptest: %v", err)
-	}
-	s.GRPCAddr = grpcLis.Addr().String()
-	s.AdminURL = "http://" + httpLis.Addr().String()
+	s.App = a
+	s.seed(cmpOr(opts.Posts, 1000))
+	s.writeURIFile()
+	s.serve(opts.DialOptions)
 	s.MetricsURL = s.AdminURL + "/metrics"
-	ctx, cancel := context.WithCancel(context.Background())
-	g := new(errgroup.Group)
-	g.SetLimit(1)
-	g.Go(func() error { return a.Serve(ctx, grpcLis, httpLis) })
-	t.Cleanup(func() {
-		cancel()
-		if err := g.Wait(); err != nil {
-			t.Errorf("apptest: Serve: %v", err)
-		}
-		if err := a.Close(); err != nil {
-			t.Errorf("apptest: Close: %v", err)
-		}
-	})
 	return s
 }
 
-// seed writes n synthetic posts to the store and their URIs to URIFile.
-func (s *Server) seed(t testing.TB, n int) {
-	t.Helper()
+func cmpOr(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+func (s *Server) seed(n int) {
+	s.t.Helper()
 	gen := synth.New(42, 200)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	for range n {
+		p := gen.Next()
+		s.Posts = append(s.Posts, p)
+		s.URIs = append(s.URIs, p.URI)
+	}
+	for range 100 {
+		s.Missing = append(s.Missing, gen.MissingURI())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), DefaultTimeout)
 	defer cancel()
-	for done := 0; done < n; {
-		recs := make([]store.Record, 0, 1000)
-		for range min(1000, n-done) {
-			recs = append(recs, gen.Next())
+	for i := 0; i < len(s.Posts); i += 1000 {
+		if err := s.App.Store.Put(ctx, s.Posts[i:min(i+1000, len(s.Posts))]); err != nil {
+			s.t.Fatalf("apptest: seed: %v", err)
 		}
-		if err := s.App.Store.Put(ctx, recs); err != nil {
-			t.Fatalf("apptest: seed: %v", err)
-		}
-		for _, r := range recs {
-			s.URIs = append(s.URIs, r.URI)
-		}
-		done += len(recs)
 	}
-	s.URIFile = filepath.Join(t.TempDir(), "uris.txt")
-	f, err := os.Create(s.URIFile)
+}
+
+// writeURIFile writes the seeded URIs to URIFile, one per line.
+func (s *Server) writeURIFile() {
+	s.t.Helper()
+	s.URIFile = filepath.Join(s.t.TempDir(), "uris.txt")
+	if err := os.WriteFile(s.URIFile, []byte(strings.Join(s.URIs, "\n")+"\n"), 0o644); err != nil {
+		s.t.Fatalf("apptest: write URIs: %v", err)
+	}
+}
+
+func (s *Server) serve(dialOpts []grpc.DialOption) {
+	s.t.Helper()
+	grpcLis, httpLis, err := s.App.Listen()
 	if err != nil {
-		t.Fatalf("apptest: %v", err)
+		s.t.Fatalf("apptest: listen: %v", err)
 	}
-	w := bufio.NewWriter(f)
-	for _, u := range s.URIs {
-		w.WriteString(u + "\n")
+	s.GRPCAddr, s.AdminURL = grpcLis.Addr().String(), "http://"+httpLis.Addr().String()
+	ctx, cancel := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- s.App.Serve(ctx, grpcLis, httpLis) }()
+	if dialOpts == nil {
+		dialOpts = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
 	}
-	if err := w.Flush(); err != nil {
-		t.Fatalf("apptest: write URIs: %v", err)
+	if s.Conn, err = grpc.NewClient(s.GRPCAddr, dialOpts...); err != nil {
+		s.t.Fatalf("apptest: dial: %v", err)
 	}
-	if err := f.Close(); err != nil {
-		t.Fatalf("apptest: write URIs: %v", err)
+	s.Client = sluicev1.NewPostRecordsClient(s.Conn)
+	s.t.Cleanup(func() {
+		s.Conn.Close()
+		cancel()
+		if err := <-served; err != nil {
+			s.t.Errorf("apptest: Serve: %v", err)
+		}
+		if err := s.App.Close(); err != nil {
+			s.t.Errorf("apptest: Close: %v", err)
+		}
+	})
+}
+
+// Ctx returns a context bounded by DefaultTimeout that names the caller
+// client in its metadata.
+func (s *Server) Ctx(client string) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), DefaultTimeout)
+	s.t.Cleanup(cancel)
+	return metadata.AppendToOutgoingContext(ctx, "x-client-id", client)
+}
+
+// URIRange returns the URIs of Posts[from:to].
+func (s *Server) URIRange(from, to int) []string {
+	out := make([]string, 0, to-from)
+	for _, p := range s.Posts[from:to] {
+		out = append(out, p.URI)
 	}
+	return out
+}
+
+// Warm reads every seeded post once, in batches of batch, so the cache
+// holds them all.
+func (s *Server) Warm(batch int) {
+	s.t.Helper()
+	for from := 0; from < len(s.Posts); from += batch {
+		to := min(from+batch, len(s.Posts))
+		if _, err := s.Client.GetPostRecords(s.Ctx("warmup"), &sluicev1.GetPostRecordsRequest{Uris: s.URIRange(from, to)}); err != nil {
+			s.t.Fatalf("apptest: warm up: %v", err)
+		}
+	}
+}
+
+// Metrics scrapes /metrics and returns the families by name.
+func (s *Server) Metrics() map[string]*dto.MetricFamily {
+	s.t.Helper()
+	fams, err := Scrape(s.AdminURL)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return fams
+}
+
+// Scrape reads the Prometheus text at adminURL/metrics.
+func Scrape(adminURL string) (map[string]*dto.MetricFamily, error) {
+	resp, err := http.Get(adminURL + "/metrics")
+	if err != nil {
+		return nil, fmt.Errorf("apptest: scrape: %w", err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, fmt.Errorf("apptest: parse /metrics: %w", err)
+	}
+	return fams, nil
+}
+
+// Sum adds the values of a family's series whose labels include want
+// (histograms count samples).
+func Sum(fams map[string]*dto.MetricFamily, name string, want map[string]string) float64 {
+	var total float64
+	for _, m := range fams[name].GetMetric() {
+		if !hasLabels(m, want) {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			total += m.Counter.GetValue()
+		case m.Gauge != nil:
+			total += m.Gauge.GetValue()
+		case m.Histogram != nil:
+			total += float64(m.Histogram.GetSampleCount())
+		}
+	}
+	return total
+}
+
+func hasLabels(m *dto.Metric, want map[string]string) bool {
+	got := map[string]string{}
+	for _, l := range m.GetLabel() {
+		got[l.GetName()] = l.GetValue()
+	}
+	for k, v := range want {
+		if got[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+// OSThreads reads this process's thread count from /proc/self/status.
+func OSThreads() (int, error) {
+	return ProcThreads("self")
+}
+
+// ProcThreads reads the thread count of process pid ("self" for this
+// one) from /proc.
+func ProcThreads(pid string) (int, error) {
+	raw, err := os.ReadFile("/proc/" + pid + "/status")
+	if err != nil {
+		return 0, fmt.Errorf("apptest: threads: %w", err)
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
+			return strconv.Atoi(strings.TrimSpace(v))
+		}
+	}
+	return 0, fmt.Errorf("apptest: no Threads line in /proc/%s/status", pid)
+}
+
+// LineCounter is an io.Writer that counts the lines written to it and
+// keeps the last few, for a test to assert that logging stays bounded.
+// It is safe for concurrent use.
+type LineCounter struct {
+	lines atomic.Int64
+	mu    sync.Mutex
+	tail  []string
+}
+
+var _ io.Writer = (*LineCounter)(nil)
+
+const keptLines = 20
+
+func (c *LineCounter) Write(p []byte) (int, error) {
+	n := bytes.Count(p, []byte{'\n'})
+	c.lines.Add(int64(n))
+	c.mu.Lock()
+	for _, line := range strings.SplitAfter(string(p), "\n") {
+		if line != "" {
+			c.tail = append(c.tail, strings.TrimSuffix(line, "\n"))
+		}
+	}
+	if len(c.tail) > keptLines {
+		c.tail = c.tail[len(c.tail)-keptLines:]
+	}
+	c.mu.Unlock()
+	return len(p), nil
+}
+
+// Lines reports how many lines were written.
+func (c *LineCounter) Lines() int64 { return c.lines.Load() }
+
+// Tail returns the last lines written (at most 20).
+func (c *LineCounter) Tail() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.tail...)
 }

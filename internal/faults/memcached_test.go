@@ -1,0 +1,268 @@
+package faults
+
+import (
+	"net"
+	"strconv"
+	"testing"
+	"time"
+
+	toxiclient "github.com/Shopify/toxiproxy/v2/client"
+	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/internal/app/apptest"
+	"github.com/sluice-dev/sluice/internal/cache"
+	"github.com/sluice-dev/sluice/internal/testenv"
+)
+
+// Figures every memcached scenario asserts. The machine is two shared
+// cores and `make test` runs with the race detector, so latency bounds
+// are ratios against a baseline measured in the same test, with slack.
+const (
+	poolCap = 16 // --memcached-max-conns in these tests
+	// breakerOpenWithin is "about a second": the breaker must open this
+	// soon after the fault begins.
+	breakerOpenWithin = 1500 * time.Millisecond
+	// p99Factor and p99Slack bound p99 once the breaker is open:
+	// p99 ≤ p99Factor × no-cache p99 + cacheFault.timeouts × cache
+	// timeout + p99Slack.
+	p99Factor = 2.0
+	p99Slack  = 150 * time.Millisecond
+	// maxLogLines is how many lines the server may log during a fault.
+	maxLogLines = 5
+	// threadMargin is how many OS threads over idle the process may reach.
+	threadMargin = 12
+	// recoverWithin is how soon after the fault ends the hit ratio must
+	// be back to recoveredHitRatio.
+	recoverWithin     = 5 * time.Second
+	recoveredHitRatio = 0.9
+)
+
+// cacheFault is one way memcached fails, injected at its proxy.
+type cacheFault struct {
+	name   string
+	inject func(t *testing.T, p *toxiclient.Proxy)
+	heal   func(t *testing.T, p *toxiclient.Proxy)
+	// opens says whether the breaker must open. Flapping resets only a
+	// fraction of connections, so calls keep succeeding in between and
+	// a consecutive-failure breaker rightly stays closed.
+	opens bool
+	// timeouts is how many cache timeouts a request may pay on top of
+	// the no-cache latency: one (the half-open probe) once the breaker is
+	// open; up to three while memcached flaps and the breaker lets calls
+	// through (a reset get, a wait behind refills for a connection, its
+	// own refill, each bounded by one timeout).
+	timeouts int
+}
+
+// healed puts memcached's proxy back to a plain link.
+func healed(t *testing.T, p *toxiclient.Proxy) { rewire(t, p) }
+
+var cacheFaults = []cacheFault{
+	{
+		name:     "refused",
+		inject:   func(t *testing.T, p *toxiclient.Proxy) { must(t, p.Disable()) },
+		heal:     func(t *testing.T, p *toxiclient.Proxy) { must(t, p.Enable()) },
+		opens:    true,
+		timeouts: 1,
+	},
+	{
+		// timeout 0: data is dropped and connections stay open, so every
+		// call hangs until sluice's own memcached timeout.
+		name: "black-holed",
+		inject: func(t *testing.T, p *toxiclient.Proxy) {
+			rewire(t, p, toxic{"blackhole", "timeout", "upstream", 1, toxiclient.Attributes{"timeout": 0}})
+		},
+		heal:     healed,
+		opens:    true,
+		timeouts: 1,
+	},
+	{
+		// 400ms on every answer, above the 250ms memcached timeout.
+		name: "slow",
+		inject: func(t *testing.T, p *toxiclient.Proxy) {
+			rewire(t, p, toxic{"slow", "latency", "downstream", 1, toxiclient.Attributes{"latency": 400}})
+		},
+		heal:     healed,
+		opens:    true,
+		timeouts: 1,
+	},
+	{
+		// 30% of connections are reset as soon as they carry data.
+		name: "flapping",
+		inject: func(t *testing.T, p *toxiclient.Proxy) {
+			rewire(t, p, toxic{"flap", "reset_peer", "downstream", 0.3, toxiclient.Attributes{"timeout": 0}})
+		},
+		heal:     healed,
+		timeouts: 3,
+	},
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Tests that memcached refusing connections, black-holing them, answering
+// slower than the cache timeout, or resetting a share of connections,
+// under steady load from named clients: fails no read while the store is
+// healthy; opens the breaker within about a second (all but flapping);
+// keeps p99 within p99Factor × the no-cache p99 + p99Slack once the
+// breaker is open; logs at most maxLogLines lines; stays within
+// threadMargin OS threads of idle; dials at most the pool cap per breaker
+// cool-down; and, when memcached is back, recovers its hit ratio without
+// a restart.
+func TestMemcachedFaults(t *testing.T) {
+	base := noCacheBaseline(t)
+	t.Logf("no-cache baseline under %s: %s", defaultLoad, base)
+	for _, f := range cacheFaults {
+		t.Run(f.name, func(t *testing.T) { runCacheFault(t, f, base) })
+	}
+}
+
+// noCacheBaseline measures sluice with no cache at all: its memcached
+// address is a loopback port where nothing listens, so its breaker opens
+// during warm-up and every read goes to the embedded store. This is the
+// latency a failed cache should degrade to, and no worse.
+func noCacheBaseline(t *testing.T) summary {
+	t.Helper()
+	srv := apptest.Start(t, apptest.Options{
+		Memcached: net.JoinHostPort("127.0.0.1", strconv.Itoa(testenv.FreePort(t))),
+		Posts:     2000,
+		Configure: func(c *app.Config) { c.Cache.MaxConnsPerServer = poolCap },
+	})
+	srv.Warm(500)
+	if _, ok := waitBreaker(srv.App.Cache, "open", 5*time.Second); !ok && srv.App.Cache.Stats()[0].BreakerState == "closed" {
+		t.Fatalf("baseline breaker never opened: %+v", srv.App.Cache.Stats()[0])
+	}
+	l := startLoad(srv, defaultLoad)
+	start := time.Now()
+	time.Sleep(phase(2 * time.Second))
+	l.stop()
+	s := l.window(start, time.Now())
+	if s.failed != 0 || s.n == 0 {
+		t.Fatalf("baseline: %s; first error %s", s, s.firstErr)
+	}
+	return s
+}
+
+func runCacheFault(t *testing.T, f cacheFault, base summary) {
+	mc := testenv.StartMemcached(t)
+	p := proxyTo(t, mc.Addr())
+	srv := apptest.Start(t, apptest.Options{
+		Memcached: p.Listen,
+		Posts:     2000,
+		Configure: func(c *app.Config) { c.Cache.MaxConnsPerServer = poolCap },
+	})
+	coolDown := srv.Config.Cache.BreakerCoolDown
+	srv.Warm(500)
+	idleThreads := threads(t)
+
+	l := startLoad(srv, defaultLoad)
+	defer l.stop()
+	start := time.Now()
+	time.Sleep(phase(time.Second))
+	healthy := l.window(start, time.Now())
+
+	logsBefore := srv.Log.Lines()
+	atFault := srv.App.Cache.Stats()[0]
+	injected := time.Now()
+	f.inject(t, p)
+	openedAt, opened := waitBreaker(srv.App.Cache, "open", 3*time.Second)
+	if f.opens && !opened {
+		t.Fatalf("breaker did not open within 3s of the fault: %+v", srv.App.Cache.Stats()[0])
+	}
+	if !opened {
+		openedAt = injected
+	}
+	peakThreads := sampleThreads(t, phase(3*time.Second))
+	faultEnd := time.Now()
+	atHeal := srv.App.Cache.Stats()[0]
+	logLines := srv.Log.Lines() - logsBefore
+	f.heal(t, p)
+	ratio, recoveredAfter := waitHitRatio(srv.App.Cache, recoveredHitRatio, recoverWithin)
+	l.stop()
+	end := time.Now()
+
+	all := l.window(start, end)
+	afterOpen := l.window(openedAt, faultEnd)
+	faultFor := faultEnd.Sub(injected)
+	dials := atHeal.Dials - atFault.Dials
+	dialBound := int64(poolCap) * (int64(faultFor/coolDown) + 1)
+	bound := time.Duration(p99Factor*float64(base.p99)) + time.Duration(f.timeouts)*srv.Config.Cache.Timeout + p99Slack
+	t.Logf("%s under %s:\n  healthy: %s\n  breaker open %v after the fault (opens=%v)\n  after open: %s (bound %v)\n  whole run: %s\n  log lines during fault %d; OS threads idle %d peak %d; dials during %v of fault %d (bound %d); hit ratio %.2f %v after the fault ended\n  cache at heal %+v",
+		f.name, defaultLoad, healthy, openedAt.Sub(injected).Round(time.Millisecond), opened, afterOpen, bound, all,
+		logLines, idleThreads, peakThreads, faultFor.Round(time.Millisecond), dials, dialBound, ratio, recoveredAfter.Round(time.Millisecond), atHeal)
+
+	if all.failed != 0 {
+		t.Errorf("%d of %d reads failed while the store was healthy; first: %s", all.failed, all.n, all.firstErr)
+	}
+	if f.opens && openedAt.Sub(injected) > breakerOpenWithin {
+		t.Errorf("breaker opened %v after the fault, want ≤ %v", openedAt.Sub(injected), breakerOpenWithin)
+	}
+	if afterOpen.n == 0 || afterOpen.p99 > bound {
+		t.Errorf("p99 after the breaker opened %v over %v requests; bound %v (%.0f× no-cache p99 %v + %d × cache timeout %v + %v)", afterOpen.p99, afterOpen.n, bound, p99Factor, base.p99, f.timeouts, srv.Config.Cache.Timeout, p99Slack)
+	}
+	if logLines > maxLogLines {
+		t.Errorf("the server logged %d lines during the fault, want ≤ %d; last: %q", logLines, maxLogLines, srv.Log.Tail())
+	}
+	if peakThreads > idleThreads+threadMargin {
+		t.Errorf("OS threads peaked at %d, idle was %d; margin %d", peakThreads, idleThreads, threadMargin)
+	}
+	if dials > dialBound {
+		t.Errorf("%d dials in %v of fault: a dial storm (bound: pool cap %d per %v cool-down = %d)", dials, faultFor, poolCap, coolDown, dialBound)
+	}
+	if ratio < recoveredHitRatio {
+		t.Errorf("hit ratio %.2f %v after memcached came back, want ≥ %.2f without a restart", ratio, recoverWithin, recoveredHitRatio)
+	}
+}
+
+// waitBreaker polls the first server's breaker until it reaches state,
+// returning when it did.
+func waitBreaker(c *cache.Cache, state string, within time.Duration) (time.Time, bool) {
+	deadline := time.Now().Add(within)
+	for time.Now().Before(deadline) {
+		if c.Stats()[0].BreakerState == state {
+			return time.Now(), true
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return time.Time{}, false
+}
+
+// waitHitRatio waits until the hit ratio over a 250ms window reaches
+// want, returning the last ratio seen and how long it took.
+func waitHitRatio(c *cache.Cache, want float64, within time.Duration) (float64, time.Duration) {
+	start := time.Now()
+	var ratio float64
+	for time.Since(start) < within {
+		a := c.Stats()[0]
+		time.Sleep(250 * time.Millisecond)
+		b := c.Stats()[0]
+		if looked := (b.Hits - a.Hits) + (b.Misses - a.Misses) + (b.Errors - a.Errors) + (b.Skipped - a.Skipped); looked > 0 {
+			ratio = float64(b.Hits-a.Hits) / float64(looked)
+		}
+		if ratio >= want {
+			break
+		}
+	}
+	return ratio, time.Since(start)
+}
+
+func threads(t *testing.T) int {
+	t.Helper()
+	n, err := apptest.OSThreads()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// sampleThreads samples the OS thread count for d and returns the peak.
+func sampleThreads(t *testing.T, d time.Duration) int {
+	peak := 0
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		peak = max(peak, threads(t))
+	}
+	return peak
+}

@@ -1,0 +1,394 @@
+package faults
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	toxiclient "github.com/Shopify/toxiproxy/v2/client"
+	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
+	"github.com/sluice-dev/sluice/internal/app/apptest"
+	"github.com/sluice-dev/sluice/internal/sockets"
+	"github.com/sluice-dev/sluice/internal/testenv"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// sluiceBinary builds cmd/sluice once per test run.
+var sluiceBinary = sync.OnceValues(func() (string, error) {
+	dir, err := os.MkdirTemp("", "sluice-bin-")
+	if err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "sluice")
+	out, err := exec.Command("go", "build", "-o", bin, "github.com/sluice-dev/sluice/cmd/sluice").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	return bin, nil
+})
+
+// proc is one `sluice serve` process.
+type proc struct {
+	cmd      *exec.Cmd
+	grpcAddr string
+	adminURL string
+	stderr   *bytes.Buffer
+	done     chan struct{}
+	err      error
+}
+
+// cluster is what a restart test runs: a built binary, a seeded data
+// directory, fixed ports reused across restarts.
+type cluster struct {
+	t         *testing.T
+	bin, dir  string
+	uris      []string
+	grpcAddr  string
+	httpAddr  string
+	memcached string
+	extra     []string
+}
+
+func newCluster(t *testing.T, memcached string, posts int, extra ...string) *cluster {
+	t.Helper()
+	bin, err := sluiceBinary()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &cluster{t: t, bin: bin, dir: t.TempDir(), memcached: memcached, extra: extra,
+		grpcAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(testenv.FreePort(t))),
+		httpAddr: net.JoinHostPort("127.0.0.1", strconv.Itoa(testenv.FreePort(t)))}
+	urisFile := filepath.Join(c.dir, "uris.txt")
+	out, err := exec.Command(bin, "seed", "--data-dir", c.dir, "--posts", strconv.Itoa(posts), "--uris-out", urisFile).CombinedOutput()
+	if err != nil {
+		t.Fatalf("sluice seed: %v\n%s", err, out)
+	}
+	raw, err := os.ReadFile(urisFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(raw))
+	for sc.Scan() {
+		c.uris = append(c.uris, sc.Text())
+	}
+	return c
+}
+
+// start runs `sluice serve` on the cluster's ports; the process is killed
+// when the test ends if it is still running.
+func (c *cluster) start() *proc {
+	c.t.Helper()
+	args := append([]string{"serve", "--data-dir", c.dir, "--memcached", c.memcached,
+		"--grpc-addr", c.grpcAddr, "--http-addr", c.httpAddr}, c.extra...)
+	p := &proc{cmd: exec.Command(c.bin, args...), grpcAddr: c.grpcAddr, adminURL: "http://" + c.httpAddr,
+		stderr: &bytes.Buffer{}, done: make(chan struct{})}
+	p.cmd.Stderr = &lockedWriter{w: p.stderr}
+	if err := p.cmd.Start(); err != nil {
+		c.t.Fatalf("start sluice: %v", err)
+	}
+	go func() { p.err = p.cmd.Wait(); close(p.done) }()
+	c.t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	})
+	return p
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}
+
+// waitReady polls /readyz until it answers 200, returning how long that
+// took from since.
+func (p *proc) waitReady(t *testing.T, since time.Time, within time.Duration) time.Duration {
+	t.Helper()
+	for time.Since(since) < within {
+		if readyz(p.adminURL) == http.StatusOK {
+			return time.Since(since)
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("sluice exited before it was ready: %v\n%s", p.err, p.stderr)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	t.Fatalf("sluice not ready after %v\n%s", within, p.stderr)
+	return 0
+}
+
+// readyz returns /readyz's status code, or 0 when nothing answers.
+func readyz(adminURL string) int {
+	client := http.Client{Timeout: 500 * time.Millisecond}
+	resp, err := client.Get(adminURL + "/readyz")
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// call is one request of a restart test's load.
+type call struct {
+	start, end time.Time
+	code       codes.Code
+	msg        string
+}
+
+// hammer sends batches of 100 URIs from clients goroutines, back to back,
+// until stop is closed, and returns every call.
+func hammer(t *testing.T, addr string, uris []string, clients int, stop <-chan struct{}) func() []call {
+	// Reconnect quickly (gRPC's default backoff starts at 1s), as a
+	// client of a restarting server would be configured to.
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: backoff.Config{BaseDelay: 20 * time.Millisecond, Multiplier: 1.6, MaxDelay: 100 * time.Millisecond}, MinConnectTimeout: time.Second}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := sluicev1.NewPostRecordsClient(conn)
+	var mu sync.Mutex
+	var calls []call
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				from := (c*131 + i*97) % (len(uris) - 100)
+				ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(context.Background(), "x-client-id", fmt.Sprintf("client-%d", c)), 3*time.Second)
+				cl := call{start: time.Now()}
+				resp, err := client.GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: uris[from : from+100]})
+				cancel()
+				cl.end = time.Now()
+				st := status.Convert(err)
+				cl.code, cl.msg = st.Code(), st.Message()
+				if err == nil && (len(resp.GetRecords()) != 100 || !resp.GetRecords()[0].GetFound()) {
+					cl.code, cl.msg = codes.DataLoss, "incomplete answer"
+				}
+				mu.Lock()
+				calls = append(calls, cl)
+				mu.Unlock()
+				if err != nil {
+					time.Sleep(10 * time.Millisecond) // a refused caller backs off a little
+				}
+			}
+		}()
+	}
+	return func() []call {
+		wg.Wait()
+		conn.Close()
+		return calls
+	}
+}
+
+// Tests SIGTERM under load against the real binary: readiness drops
+// while in-flight requests are still being answered; every request in
+// flight at the signal finishes OK; requests after it get Unavailable;
+// the process exits 0 within the drain deadline. memcached answers
+// through a 300ms latency toxic so that requests are in flight long
+// enough to see all of it.
+func TestSIGTERMUnderLoad(t *testing.T) {
+	mc := testenv.StartMemcached(t)
+	p := proxyTo(t, mc.Addr())
+	cfgFile := filepath.Join(t.TempDir(), "sluice.yaml")
+	if err := os.WriteFile(cfgFile, []byte("cache:\n  timeout: 1s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const drain = 5 * time.Second
+	c := newCluster(t, p.Listen, 2000, "--config", cfgFile, "--drain-timeout", drain.String())
+	sl := c.start()
+	sl.waitReady(t, time.Now(), 10*time.Second)
+	rewire(t, p, toxic{"slow", "latency", "downstream", 1, toxiclient.Attributes{"latency": 300}})
+
+	stop := make(chan struct{})
+	wait := hammer(t, c.grpcAddr, c.uris, 8, stop)
+	var notReadyAt time.Time
+	pollDone := make(chan struct{})
+	go func() {
+		defer close(pollDone)
+		for {
+			code := readyz(sl.adminURL)
+			if code == http.StatusServiceUnavailable && notReadyAt.IsZero() {
+				notReadyAt = time.Now()
+			}
+			if code == 0 {
+				return
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+	}()
+	time.Sleep(1500 * time.Millisecond)
+	termAt := time.Now()
+	if err := sl.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-sl.done:
+	case <-time.After(drain + 5*time.Second):
+		t.Fatalf("sluice still running %v after SIGTERM", drain+5*time.Second)
+	}
+	exitedAt := time.Now()
+	time.Sleep(200 * time.Millisecond)
+	close(stop)
+	calls := wait()
+	<-pollDone
+
+	var inflight, inflightOK, after, afterUnavailable, other int
+	var lastOK time.Time
+	var otherMsg string
+	for _, cl := range calls {
+		if cl.code == codes.OK && cl.end.After(lastOK) {
+			lastOK = cl.end
+		}
+		switch {
+		case cl.start.Before(termAt.Add(-20*time.Millisecond)) && cl.end.After(termAt):
+			inflight++
+			if cl.code == codes.OK {
+				inflightOK++
+			}
+		case cl.start.After(termAt.Add(50 * time.Millisecond)):
+			after++
+			if cl.code == codes.Unavailable {
+				afterUnavailable++
+			}
+		}
+		if cl.code != codes.OK && cl.code != codes.Unavailable {
+			other++
+			otherMsg = cmpOrStr(otherMsg, fmt.Sprintf("%s %q", cl.code, cl.msg))
+		}
+	}
+	exitCode := sl.cmd.ProcessState.ExitCode()
+	t.Logf("SIGTERM under 8 clients × 100-URI batches: %d calls; %d in flight at the signal, %d of them OK; /readyz 503 %v after the signal, last OK answer %v after; exit %d %v after the signal (drain deadline %v); %d calls after the signal, %d Unavailable; %d other codes %s",
+		len(calls), inflight, inflightOK, notReadyAt.Sub(termAt).Round(time.Millisecond), lastOK.Sub(termAt).Round(time.Millisecond),
+		exitCode, exitedAt.Sub(termAt).Round(time.Millisecond), drain, after, afterUnavailable, other, otherMsg)
+	if exitCode != 0 {
+		t.Errorf("exit code %d, want 0; stderr:\n%s", exitCode, sl.stderr)
+	}
+	if exitedAt.Sub(termAt) > drain+time.Second {
+		t.Errorf("exited %v after SIGTERM, over the %v drain deadline", exitedAt.Sub(termAt), drain)
+	}
+	if inflight == 0 || inflightOK != inflight {
+		t.Errorf("%d of %d requests in flight at SIGTERM finished OK, want all (and some)", inflightOK, inflight)
+	}
+	if notReadyAt.IsZero() || !notReadyAt.Before(lastOK) {
+		t.Errorf("/readyz went 503 at %v, want before the last in-flight answer at %v", notReadyAt.Sub(termAt), lastOK.Sub(termAt))
+	}
+	if after == 0 || afterUnavailable != after {
+		t.Errorf("%d of %d requests sent after SIGTERM got Unavailable, want all", afterUnavailable, after)
+	}
+	if other != 0 {
+		t.Errorf("%d requests ended with another code: %s", other, otherMsg)
+	}
+	if !strings.Contains(sl.stderr.String(), "sluice draining") {
+		t.Errorf("no drain logged:\n%s", sl.stderr)
+	}
+}
+
+// Tests SIGKILL under load, then an immediate restart on the same ports
+// and data directory: the new process is ready within 2s (the bbolt file
+// lock died with the old one), rebuilds its memcached pool within the
+// cap, and the sockets left in TIME_WAIT toward memcached stay near the
+// pool cap — before the kill, after it, and after the new process has
+// served load.
+func TestSIGKILLThenRestart(t *testing.T) {
+	const capConns = 16
+	mc := testenv.StartMemcached(t)
+	mcAddr := netip.MustParseAddrPort(mc.Addr())
+	c := newCluster(t, mc.Addr(), 2000, "--memcached-max-conns", strconv.Itoa(capConns))
+	first := c.start()
+	first.waitReady(t, time.Now(), 10*time.Second)
+
+	stop := make(chan struct{})
+	wait := hammer(t, c.grpcAddr, c.uris, 8, stop)
+	time.Sleep(1500 * time.Millisecond)
+	twBefore := timeWait(t, mcAddr)
+	if err := first.cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	<-first.done
+	killedAt := time.Now()
+	twAfterKill := timeWait(t, mcAddr)
+	second := c.start()
+	readyIn := second.waitReady(t, killedAt, 10*time.Second)
+	servedFrom := time.Now().Add(300 * time.Millisecond) // the clients' reconnect backoff
+	time.Sleep(1500 * time.Millisecond)
+	close(stop)
+	calls := wait()
+	twAfterRestart := timeWait(t, mcAddr)
+	fams, err := apptest.Scrape(second.adminURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dials := apptest.Sum(fams, "sluice_memcached_dials_total", nil)
+	open := apptest.Sum(fams, "sluice_memcached_connections_open", nil)
+	cacheErrs := apptest.Sum(fams, "sluice_cache_errors_total", nil)
+	hits := apptest.Sum(fams, "sluice_cache_hits_total", nil)
+
+	var ok, failedAfter int
+	var failMsg string
+	for _, cl := range calls {
+		if cl.code == codes.OK {
+			ok++
+		} else if cl.start.After(servedFrom) {
+			failedAfter++
+			failMsg = cmpOrStr(failMsg, fmt.Sprintf("%s %q", cl.code, cl.msg))
+		}
+	}
+	t.Logf("SIGKILL under 8 clients × 100-URI batches, pool cap %d: new process ready %v after the kill; TIME_WAIT toward memcached: %d before the kill, %d after it, %d after the restart served load; new process %v connections open, %v dials, %v cache errors, %v hits; %d calls OK, %d failed once the new process served (%s)",
+		capConns, readyIn.Round(time.Millisecond), twBefore, twAfterKill, twAfterRestart, open, dials, cacheErrs, hits, ok, failedAfter, failMsg)
+	if readyIn > 2*time.Second {
+		t.Errorf("the restarted process was ready %v after the kill, want ≤ 2s", readyIn)
+	}
+	for name, n := range map[string]int{"before the kill": twBefore, "after the kill": twAfterKill, "after the restart": twAfterRestart} {
+		if n > capConns+2 {
+			t.Errorf("%d sockets in TIME_WAIT toward memcached %s, want near the pool cap %d", n, name, capConns)
+		}
+	}
+	// A connection is redialed only after a failed call closed it.
+	if open > capConns || dials > capConns+cacheErrs || hits == 0 {
+		t.Errorf("the new process holds %v connections, dialed %v times with %v cache errors, hit %v times; want a rebuilt pool within the cap %d", open, dials, cacheErrs, hits, capConns)
+	}
+	if failedAfter != 0 {
+		t.Errorf("%d requests failed after the new process was ready: %s", failedAfter, failMsg)
+	}
+}
+
+// timeWait counts sockets in TIME_WAIT toward addr (any process's: the
+// kernel owns them).
+func timeWait(t *testing.T, addr netip.AddrPort) int {
+	t.Helper()
+	counts, err := sockets.To(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return counts[sockets.TimeWait]
+}

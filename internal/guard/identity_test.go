@@ -1,0 +1,55 @@
+package guard_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
+	"github.com/sluice-dev/sluice/internal/guard"
+	"github.com/sluice-dev/sluice/internal/identity"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+)
+
+// Tests that WithIdentity replaces the claimed name: the handler sees
+// the name identify returns, and a refusal is PermissionDenied with its
+// reason, decided before the shape check (a malformed request from a
+// refused caller learns nothing about the shape rules) and before the
+// handler runs.
+func TestWithIdentity(t *testing.T) {
+	identify := func(ctx context.Context) (string, error) {
+		md, _ := metadata.FromIncomingContext(ctx)
+		if len(md.Get("x-cert")) == 0 {
+			return "", &identity.DeniedError{Reason: "no certificate"}
+		}
+		return "cert:" + md.Get("x-cert")[0], nil
+	}
+	f := start(t, testConfig(), newPostRecords(), guard.WithIdentity(identify))
+
+	ctx := metadata.AppendToOutgoingContext(testContext(t, 5*time.Second), "x-cert", "feed", identity.ClientIDKey, "liar")
+	if _, err := f.client.GetPostRecord(ctx, &sluicev1.GetPostRecordRequest{Uri: uris(1)[0]}); err != nil {
+		t.Fatalf("GetPostRecord: %v", err)
+	}
+	if got := <-f.impl.clients; got != "cert:feed" {
+		t.Errorf("handler saw client %q, want the identified cert:feed", got)
+	}
+
+	_, err := f.client.GetPostRecords(testContext(t, 5*time.Second), &sluicev1.GetPostRecordsRequest{})
+	st := status.Convert(err)
+	if st.Code() != codes.PermissionDenied || !strings.Contains(st.Message(), "GetPostRecords: no certificate") {
+		t.Errorf("got %s %q, want PermissionDenied before the (empty-batch) shape check", st.Code(), st.Message())
+	}
+	var denied *identity.DeniedError
+	if errors.As(err, &denied) {
+		t.Errorf("the identity error leaked as a Go error instead of a status")
+	}
+	select {
+	case c := <-f.impl.clients:
+		t.Errorf("the handler ran for a refused caller (%q)", c)
+	default:
+	}
+}
