@@ -26,8 +26,14 @@ const (
 	// timeout + p99Slack.
 	p99Factor = 2.0
 	p99Slack  = 150 * time.Millisecond
-	// maxLogLines is how many lines the server may log during a fault.
-	maxLogLines = 5
+	// logKinds bounds the distinct (component, kind) pairs a cache fault
+	// can log: call failures of two kinds (reset or refused/timeout), the
+	// breaker's state changes, and failed invalidations. The handler
+	// writes at most logBurst lines of a pair at once and logPerSecond a
+	// second after that, however many calls fail.
+	logKinds     = 4
+	logBurst     = 3
+	logPerSecond = 2
 	// threadMargin is how many OS threads over idle the process may reach.
 	threadMargin = 12
 	// recoverWithin is how soon after the fault ends the hit ratio must
@@ -108,7 +114,7 @@ func must(t *testing.T, err error) {
 // under steady load from named clients: fails no read while the store is
 // healthy; opens the breaker within about a second (all but flapping);
 // keeps p99 within p99Factor × the no-cache p99 + p99Slack once the
-// breaker is open; logs at most maxLogLines lines; stays within
+// breaker is open; logs no more lines than the rate limit allows (maxLogLinesFor); stays within
 // threadMargin OS threads of idle; dials at most the pool cap per breaker
 // cool-down; and, when memcached is back, recovers its hit ratio without
 // a restart.
@@ -203,8 +209,9 @@ func runCacheFault(t *testing.T, f cacheFault, base summary) {
 	if afterOpen.n == 0 || afterOpen.p99 > bound {
 		t.Errorf("p99 after the breaker opened %v over %v requests; bound %v (%.0f× no-cache p99 %v + %d × cache timeout %v + %v)", afterOpen.p99, afterOpen.n, bound, p99Factor, base.p99, f.timeouts, srv.Config.Cache.Timeout, p99Slack)
 	}
-	if logLines > maxLogLines {
-		t.Errorf("the server logged %d lines during the fault, want ≤ %d; last: %q", logLines, maxLogLines, srv.Log.Tail())
+	if maxLogLines := maxLogLinesFor(faultFor); logLines > maxLogLines {
+		t.Errorf("the server logged %d lines during %v of fault, want ≤ %d (%d kinds × (burst %d + %d/s)); last: %q",
+			logLines, faultFor, maxLogLines, logKinds, logBurst, logPerSecond, srv.Log.Tail())
 	}
 	if peakThreads > idleThreads+threadMargin {
 		t.Errorf("OS threads peaked at %d, idle was %d; margin %d", peakThreads, idleThreads, threadMargin)
@@ -265,4 +272,10 @@ func sampleThreads(t *testing.T, d time.Duration) int {
 		peak = max(peak, threads(t))
 	}
 	return peak
+}
+
+// maxLogLinesFor is the most lines the rate limit lets through during a
+// fault of length d (plus one second for the lines written as it heals).
+func maxLogLinesFor(d time.Duration) int64 {
+	return int64(logKinds * (logBurst + logPerSecond*int(d.Seconds()+1)))
 }

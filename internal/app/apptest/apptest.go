@@ -34,6 +34,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/synth"
+	"github.com/sluice-dev/sluice/internal/telemetry"
 	"github.com/sluice-dev/sluice/internal/testenv"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -107,7 +108,11 @@ func Start(t testing.TB, opts Options) *Server {
 	if opts.Store != nil {
 		appOpts = append(appOpts, app.WithStore(opts.Store))
 	}
-	a, err := app.New(cfg, slog.New(slog.NewTextHandler(s.Log, nil)), appOpts...)
+	// The server logs through the same rate-limited, non-blocking handler
+	// `sluice serve` uses, so tests count what production would write.
+	logs := telemetry.NewLogHandler(s.Log, telemetry.LogConfig{})
+	t.Cleanup(func() { _ = logs.CloseWithTimeout() })
+	a, err := app.New(cfg, slog.New(logs), appOpts...)
 	if err != nil {
 		t.Fatalf("apptest: app.New: %v", err)
 	}
