@@ -32,6 +32,7 @@ import (
 	"github.com/prometheus/common/model"
 	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
 	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/internal/guard/budget"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/synth"
 	"github.com/sluice-dev/sluice/internal/telemetry"
@@ -100,6 +101,9 @@ func Start(t testing.TB, opts Options) *Server {
 	}
 	cfg.Cache.Servers = []string{opts.Memcached}
 	cfg.DrainTimeout = 2 * time.Second
+	// Per-client budgets are tested where they are the subject (package
+	// app); elsewhere a test's callers must not be refused by one.
+	cfg.Guard.Admission.Default = budget.Budget{ItemsPerSecond: 1e9, Burst: 1e9, MaxInflightItems: 1e9}
 	if opts.Configure != nil {
 		opts.Configure(&cfg)
 	}

@@ -73,6 +73,10 @@ type Config struct {
 	ReconnectInterval time.Duration
 	// DisableHostLookup makes the driver use only Hosts, never the peer
 	// addresses the cluster advertises: for a proxy or NAT in between.
+	// Token-aware routing is off then: the token ring names the nodes'
+	// own addresses, which the driver may not use, and gocql v1.7.0's
+	// token-aware policy dereferences such a filtered-out host (a panic)
+	// once it refreshes the ring after a reconnect.
 	DisableHostLookup bool
 
 	// QueryObserver, when set, sees every query attempt (tests count
@@ -190,11 +194,21 @@ func checkIdentifier(s string) error {
 
 // cluster returns the driver config of one session at consistency cl. Each
 // session needs its own host policy: gocql refuses to share one.
+// hostPolicy routes each query to a replica of its partition in the local
+// datacenter, or round robin over the local hosts when the ring's
+// addresses are not usable (DisableHostLookup).
+func (c Config) hostPolicy() gocql.HostSelectionPolicy {
+	if c.DisableHostLookup {
+		return gocql.DCAwareRoundRobinPolicy(c.DC)
+	}
+	return gocql.TokenAwareHostPolicy(gocql.DCAwareRoundRobinPolicy(c.DC), gocql.ShuffleReplicas())
+}
+
 func (c Config) cluster(cl gocql.Consistency) *gocql.ClusterConfig {
 	cc := gocql.NewCluster(c.Hosts...)
 	cc.Keyspace = c.Keyspace
 	cc.Consistency = cl
-	cc.PoolConfig.HostSelectionPolicy = gocql.TokenAwareHostPolicy(gocql.DCAwareRoundRobinPolicy(c.DC), gocql.ShuffleReplicas())
+	cc.PoolConfig.HostSelectionPolicy = c.hostPolicy()
 	cc.Timeout = c.Timeout
 	cc.ConnectTimeout = c.ConnectTimeout
 	cc.NumConns = c.NumConns

@@ -147,7 +147,9 @@ func (s *Store) get(ctx context.Context, uri string) (store.Record, error) {
 	defer release()
 	r := store.Record{URI: uri}
 	var created, indexed int64
-	err = s.idempotent(s.read.Query(selectRecord, uri), ctx).Scan(&r.CID, &r.JSON, &created, &indexed)
+	err = guarded(func() error {
+		return s.idempotent(s.read.Query(selectRecord, uri), ctx).Scan(&r.CID, &r.JSON, &created, &indexed)
+	})
 	switch {
 	case errors.Is(err, gocql.ErrNotFound):
 		return store.Record{}, store.ErrNotFound
@@ -265,7 +267,7 @@ func (s *Store) exists(ctx context.Context, uri string) (bool, error) {
 	}
 	defer release()
 	var got string
-	err = s.idempotent(s.write.Query(selectExists, uri), ctx).Scan(&got)
+	err = guarded(func() error { return s.idempotent(s.write.Query(selectExists, uri), ctx).Scan(&got) })
 	switch {
 	case errors.Is(err, gocql.ErrNotFound):
 		return false, nil
@@ -294,7 +296,7 @@ func (s *Store) exec(ctx context.Context, q *gocql.Query, what string) error {
 		return err
 	}
 	defer release()
-	if err := s.idempotent(q, ctx).Exec(); err != nil {
+	if err := guarded(func() error { return s.idempotent(q, ctx).Exec() }); err != nil {
 		return queryError(ctx, what, err)
 	}
 	return nil
@@ -357,6 +359,23 @@ func queryError(ctx context.Context, what string, err error) error {
 	return unavailable(what, err)
 }
 
+// errDriverPanic reports a panic inside the driver during a query.
+var errDriverPanic = errors.New("the CQL driver panicked")
+
+// guarded runs one driver call and turns a panic inside it into an error.
+// gocql v1.7.0's token-aware policy can dereference a host that went
+// away while its connection pool is being rebuilt (seen when the node is
+// unreachable and comes back); a driver fault must fail one query, not
+// the process.
+func guarded(call func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: %v", errDriverPanic, r)
+		}
+	}()
+	return call()
+}
+
 // unavailable wraps err with store.ErrUnavailable.
 func unavailable(what string, err error) error {
 	return fmt.Errorf("%w: %s: %w", store.ErrUnavailable, what, err)
@@ -382,7 +401,7 @@ func (s *Store) Empty(ctx context.Context) (bool, error) {
 	}
 	defer release()
 	var uri string
-	err = s.idempotent(s.read.Query(`SELECT uri FROM records LIMIT 1`), ctx).Scan(&uri)
+	err = guarded(func() error { return s.idempotent(s.read.Query(`SELECT uri FROM records LIMIT 1`), ctx).Scan(&uri) })
 	switch {
 	case errors.Is(err, gocql.ErrNotFound):
 		return true, nil
