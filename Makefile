@@ -2,7 +2,7 @@
 # real servers. `make help` lists the targets.
 SHELL := /bin/bash
 GO ?= go
-TEST_FLAGS ?= -race -timeout 15m
+TEST_FLAGS ?= -race -count=1 -timeout 15m
 FUZZTIME ?= 5s
 
 .PHONY: help run build test test-timing test-faults unit generate fuzz fuzz-long vet deps-up deps-down clean appview-test compose-check bench load-build
