@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
@@ -9,11 +10,16 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/telemetry"
+	"google.golang.org/grpc/experimental"
+	"google.golang.org/grpc/mem"
 )
 
 func serve(ctx context.Context, args []string) error {
 	flags, err := parseServe(args)
 	if err != nil {
+		return err
+	}
+	if err := useFineGrainedBufferPool(); err != nil {
 		return err
 	}
 	logs := telemetry.NewLogHandler(os.Stderr, telemetry.LogConfig{})
@@ -33,6 +39,25 @@ func serve(ctx context.Context, args []string) error {
 	defer signal.Stop(hup)
 	go reloadOnHangup(ctx, hup, a, flags.configPath, log)
 	return a.Serve(ctx, grpcLis, httpLis)
+}
+
+// useFineGrainedBufferPool gives gRPC a buffer pool with a tier at every
+// power of two from 256 B to 1 MiB. gRPC's default has tiers at 256 B,
+// 4, 16 and 32 KiB and 1 MiB, and zeroes the whole buffer on reuse: a
+// 50-post response (tens of KiB) took a 1 MiB buffer and spent a tenth of
+// the server's CPU clearing it. The pool is process-wide, so it is set
+// here, once, before the server starts.
+func useFineGrainedBufferPool() error {
+	exponents := make([]uint8, 0, 13)
+	for e := uint8(8); e <= 20; e++ {
+		exponents = append(exponents, e)
+	}
+	pool, err := mem.NewBinaryTieredBufferPool(exponents...)
+	if err != nil {
+		return fmt.Errorf("gRPC buffer pool: %w", err)
+	}
+	experimental.SetDefaultBufferPool(pool)
+	return nil
 }
 
 // reloadOnHangup reloads the admission budgets from the config file on
