@@ -39,6 +39,7 @@ import (
 	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
 	"github.com/sluice-dev/sluice/internal/cache"
 	"github.com/sluice-dev/sluice/internal/guard"
+	"github.com/sluice-dev/sluice/internal/guard/budget"
 	"github.com/sluice-dev/sluice/internal/posts"
 	"github.com/sluice-dev/sluice/internal/rpc"
 	"github.com/sluice-dev/sluice/internal/store"
@@ -180,6 +181,8 @@ func PermissiveConfig() guard.Config {
 	cfg := guard.DefaultConfig()
 	cfg.MaxInflightItems = 1_000_000_000
 	cfg.MaxInflightRequests = 1_000_000
+	// No per-client budget either: the outage's endpoint had none.
+	cfg.Admission.Default = budget.Budget{ItemsPerSecond: 1e12, Burst: 1_000_000_000, MaxInflightItems: 1_000_000_000}
 	cfg.MaxRecvMsgBytes = 256 << 20
 	for name := range rpc.DefaultPolicies() {
 		cfg.Methods[name] = guard.Policy{MaxItems: 100_000, MaxURILength: 8192, Concurrency: 100_000, Timeout: time.Minute}
