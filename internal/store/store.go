@@ -11,7 +11,9 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"time"
 )
 
@@ -64,4 +66,22 @@ type Store interface {
 	// Close releases the store's resources. The store must not be used
 	// afterwards.
 	Close() error
+}
+
+// Check reports why r cannot be stored by a backend whose limits are
+// maxURI bytes of URI and maxJSON bytes of record, wrapping ErrInvalid:
+// an empty or too long URI, too much JSON, or JSON that does not parse.
+// Backends call it for every record before writing any.
+func Check(r Record, maxURI, maxJSON int) error {
+	switch {
+	case r.URI == "":
+		return fmt.Errorf("%w: empty URI", ErrInvalid)
+	case len(r.URI) > maxURI:
+		return fmt.Errorf("%w: URI is %d bytes, over the %d-byte limit", ErrInvalid, len(r.URI), maxURI)
+	case len(r.JSON) > maxJSON:
+		return fmt.Errorf("%w: JSON is %d bytes, over the %d-byte limit", ErrInvalid, len(r.JSON), maxJSON)
+	case !json.Valid(r.JSON):
+		return fmt.Errorf("%w: JSON is not valid", ErrInvalid)
+	}
+	return nil
 }

@@ -22,7 +22,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -254,17 +253,7 @@ func (s *Store) put(ctx context.Context, recs []store.Record) error {
 
 // validate reports why r cannot be stored, wrapping store.ErrInvalid.
 func (s *Store) validate(r store.Record) error {
-	switch {
-	case r.URI == "":
-		return fmt.Errorf("%w: empty URI", store.ErrInvalid)
-	case len(r.URI) > s.opts.maxURILength():
-		return fmt.Errorf("%w: URI is %d bytes, over the %d-byte limit", store.ErrInvalid, len(r.URI), s.opts.maxURILength())
-	case len(r.JSON) > s.opts.maxRecordBytes():
-		return fmt.Errorf("%w: JSON is %d bytes, over the %d-byte limit", store.ErrInvalid, len(r.JSON), s.opts.maxRecordBytes())
-	case !json.Valid(r.JSON):
-		return fmt.Errorf("%w: JSON is not valid", store.ErrInvalid)
-	}
-	return nil
+	return store.Check(r, s.opts.maxURILength(), s.opts.maxRecordBytes())
 }
 
 // Delete removes the records stored under uris in one transaction and

@@ -35,7 +35,6 @@ package cqlstore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync/atomic"
@@ -214,19 +213,7 @@ func lastPerURI(recs []store.Record) []store.Record {
 }
 
 // validate reports why r cannot be stored, wrapping store.ErrInvalid.
-func validate(r store.Record) error {
-	switch {
-	case r.URI == "":
-		return fmt.Errorf("%w: empty URI", store.ErrInvalid)
-	case len(r.URI) > MaxURILength:
-		return fmt.Errorf("%w: URI is %d bytes, over the %d-byte limit", store.ErrInvalid, len(r.URI), MaxURILength)
-	case len(r.JSON) > MaxRecordBytes:
-		return fmt.Errorf("%w: JSON is %d bytes, over the %d-byte limit", store.ErrInvalid, len(r.JSON), MaxRecordBytes)
-	case !json.Valid(r.JSON):
-		return fmt.Errorf("%w: JSON is not valid", store.ErrInvalid)
-	}
-	return nil
-}
+func validate(r store.Record) error { return store.Check(r, MaxURILength, MaxRecordBytes) }
 
 // Delete removes the records stored under uris and returns how many
 // existed. Each URI is checked with a SELECT and deleted with a DELETE,
