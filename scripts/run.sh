@@ -2,7 +2,8 @@
 # `make run`: everything a fresh machine needs to serve sluice locally.
 # Installs and starts memcached on 127.0.0.1:11211 if nothing answers
 # there, builds sluice, seeds a demo dataset into the embedded store if it
-# is empty, prints a grpcurl example, and serves in the foreground.
+# is empty, prints a grpcurl example, and serves in the foreground with
+# config/sluice.example.yaml (SLUICE_CONFIG names another file).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA_DIR=${SLUICE_DATA_DIR:-.data}
@@ -39,4 +40,4 @@ Try it from another shell:
     $GRPC_ADDR sluice.v1.PostRecords/GetPostRecords
 
 MSG
-exec bin/sluice serve --data-dir "$DATA_DIR" --memcached "$MEMCACHED" --grpc-addr "$GRPC_ADDR" --http-addr "$HTTP_ADDR" "$@"
+exec bin/sluice serve --config "${SLUICE_CONFIG:-config/sluice.example.yaml}" --data-dir "$DATA_DIR" --memcached "$MEMCACHED" --grpc-addr "$GRPC_ADDR" --http-addr "$HTTP_ADDR" "$@"
