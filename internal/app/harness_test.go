@@ -4,26 +4,22 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net/http"
-	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
-	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
-	"github.com/sluice-dev/sluice/internal/guard/budget"
-	"github.com/sluice-dev/sluice/internal/guard/fanout"
-	"github.com/sluice-dev/sluice/internal/store"
-	"github.com/sluice-dev/sluice/internal/synth"
-	"github.com/sluice-dev/sluice/internal/testenv"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+
+	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
+	"github.com/sluice-dev/sluice/internal/guard/budget"
+	"github.com/sluice-dev/sluice/internal/guard/fanout"
+	"github.com/sluice-dev/sluice/internal/promtext"
+	"github.com/sluice-dev/sluice/internal/store"
+	"github.com/sluice-dev/sluice/internal/synth"
+	"github.com/sluice-dev/sluice/internal/telemetry"
+	"github.com/sluice-dev/sluice/internal/testenv"
 )
 
 func TestMain(m *testing.M) {
@@ -146,55 +142,20 @@ func (ts *testServer) ctx(client string) context.Context {
 }
 
 // metrics scrapes /metrics and returns the families by name.
-func (ts *testServer) metrics() map[string]*dto.MetricFamily {
+func (ts *testServer) metrics() promtext.Families {
 	ts.t.Helper()
-	resp, err := http.Get(ts.adminURL + "/metrics")
+	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
+	defer cancel()
+	fams, err := promtext.Scrape(ctx, nil, ts.adminURL+"/metrics")
 	if err != nil {
-		ts.t.Fatalf("scrape: %v", err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		ts.t.Fatalf("parse /metrics: %v", err)
+		ts.t.Fatal(err)
 	}
 	return fams
 }
 
 // sum adds the values of a family's series whose labels include want.
-func sum(fams map[string]*dto.MetricFamily, name string, want map[string]string) float64 {
-	fam, ok := fams[name]
-	if !ok {
-		return 0
-	}
-	var total float64
-	for _, m := range fam.GetMetric() {
-		if !hasLabels(m, want) {
-			continue
-		}
-		switch {
-		case m.Counter != nil:
-			total += m.Counter.GetValue()
-		case m.Gauge != nil:
-			total += m.Gauge.GetValue()
-		case m.Histogram != nil:
-			total += float64(m.Histogram.GetSampleCount())
-		}
-	}
-	return total
-}
-
-func hasLabels(m *dto.Metric, want map[string]string) bool {
-	got := map[string]string{}
-	for _, l := range m.GetLabel() {
-		got[l.GetName()] = l.GetValue()
-	}
-	for k, v := range want {
-		if got[k] != v {
-			return false
-		}
-	}
-	return true
+func sum(fams promtext.Families, name string, want map[string]string) float64 {
+	return fams.Sum(name, want)
 }
 
 // uris returns the URIs of posts[from:to].
@@ -206,19 +167,14 @@ func (ts *testServer) uris(from, to int) []string {
 	return out
 }
 
-// osThreads reads this process's thread count from /proc/self/status.
+// osThreads reads this process's thread count as the kernel counts it.
 func osThreads(t *testing.T) int {
-	raw, err := os.ReadFile("/proc/self/status")
+	t.Helper()
+	n, err := telemetry.OSThreads()
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(raw), "\n") {
-		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
-			n, _ := strconv.Atoi(strings.TrimSpace(v))
-			return n
-		}
-	}
-	return 0
+	return n
 }
 
 // skipUnderRace skips a test whose assertions are latency figures when

@@ -7,9 +7,11 @@ import (
 	"time"
 
 	toxiclient "github.com/Shopify/toxiproxy/v2/client"
+
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/app/apptest"
 	"github.com/sluice-dev/sluice/internal/cache"
+	"github.com/sluice-dev/sluice/internal/telemetry"
 	"github.com/sluice-dev/sluice/internal/testenv"
 )
 
@@ -258,7 +260,7 @@ func waitHitRatio(c *cache.Cache, want float64, within time.Duration) (float64, 
 
 func threads(t *testing.T) int {
 	t.Helper()
-	n, err := apptest.OSThreads()
+	n, err := telemetry.OSThreads()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,16 +19,17 @@ import (
 	"time"
 
 	toxiclient "github.com/Shopify/toxiproxy/v2/client"
-	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
-	"github.com/sluice-dev/sluice/internal/app/apptest"
-	"github.com/sluice-dev/sluice/internal/sockets"
-	"github.com/sluice-dev/sluice/internal/testenv"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
+	"github.com/sluice-dev/sluice/internal/promtext"
+	"github.com/sluice-dev/sluice/internal/sockets"
+	"github.com/sluice-dev/sluice/internal/testenv"
 )
 
 // sluiceBinary builds cmd/sluice once per test run.
@@ -344,14 +345,14 @@ func TestSIGKILLThenRestart(t *testing.T) {
 	close(stop)
 	calls := wait()
 	twAfterRestart := timeWait(t, mcAddr)
-	fams, err := apptest.Scrape(second.adminURL)
+	fams, err := promtext.Scrape(context.Background(), nil, second.adminURL+"/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}
-	dials := apptest.Sum(fams, "sluice_memcached_dials_total", nil)
-	open := apptest.Sum(fams, "sluice_memcached_connections_open", nil)
-	cacheErrs := apptest.Sum(fams, "sluice_cache_errors_total", nil)
-	hits := apptest.Sum(fams, "sluice_cache_hits_total", nil)
+	dials := fams.Sum("sluice_memcached_dials_total", nil)
+	open := fams.Sum("sluice_memcached_connections_open", nil)
+	cacheErrs := fams.Sum("sluice_cache_errors_total", nil)
+	hits := fams.Sum("sluice_cache_hits_total", nil)
 
 	var ok, failedAfter int
 	var failMsg string

@@ -35,8 +35,13 @@ func (t *Telemetry) ObserveProcess() error {
 }
 
 // OSThreads returns the number of OS threads of this process.
-func OSThreads() (int, error) {
-	f, err := os.Open("/proc/self/status")
+func OSThreads() (int, error) { return procThreads("self") }
+
+// procThreads returns the number of OS threads of process pid ("self"
+// for this one), as the kernel counts them in /proc/<pid>/status.
+func procThreads(pid string) (int, error) {
+	path := "/proc/" + pid + "/status"
+	f, err := os.Open(path)
 	if err != nil {
 		return 0, fmt.Errorf("telemetry: os threads: %w", err)
 	}
@@ -51,7 +56,7 @@ func OSThreads() (int, error) {
 			return n, nil
 		}
 	}
-	return 0, fmt.Errorf("telemetry: os threads: no Threads line in /proc/self/status")
+	return 0, fmt.Errorf("telemetry: os threads: no Threads line in %s", path)
 }
 
 // alwaysReportedStates get a series per server even at zero, so that a

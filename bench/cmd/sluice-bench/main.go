@@ -17,20 +17,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"syscall"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/sluice-dev/sluice/bench/throughput"
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/loadgen"
 	"github.com/sluice-dev/sluice/internal/loadgen/scenario"
+	"github.com/sluice-dev/sluice/internal/promtext"
 	"github.com/sluice-dev/sluice/internal/store/boltstore"
 )
 
@@ -225,24 +222,10 @@ func writeMD(path string, body func(io.Writer)) error {
 	return f.Close()
 }
 
-func scrape(url string) (map[string]*dto.MetricFamily, error) {
-	resp, err := http.Get(url)
-	if err != nil {
-		return nil, fmt.Errorf("scrape %s: %w", url, err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("parse %s: %w", url, err)
-	}
-	return fams, nil
+func scrape(url string) (promtext.Families, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return promtext.Scrape(ctx, nil, url)
 }
 
-func sum(fams map[string]*dto.MetricFamily, name string) float64 {
-	var total float64
-	for _, m := range fams[name].GetMetric() {
-		total += m.GetCounter().GetValue() + m.GetGauge().GetValue()
-	}
-	return total
-}
+func sum(fams promtext.Families, name string) float64 { return fams.Sum(name, nil) }

@@ -14,32 +14,28 @@ package apptest
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
-	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
 	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/guard/budget"
+	"github.com/sluice-dev/sluice/internal/promtext"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/synth"
 	"github.com/sluice-dev/sluice/internal/telemetry"
 	"github.com/sluice-dev/sluice/internal/testenv"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 )
 
 // DefaultTimeout bounds every context this package hands out.
@@ -223,81 +219,15 @@ func (s *Server) Warm(batch int) {
 }
 
 // Metrics scrapes /metrics and returns the families by name.
-func (s *Server) Metrics() map[string]*dto.MetricFamily {
+func (s *Server) Metrics() promtext.Families {
 	s.t.Helper()
-	fams, err := Scrape(s.AdminURL)
+	ctx, cancel := context.WithTimeout(context.Background(), DefaultTimeout)
+	defer cancel()
+	fams, err := promtext.Scrape(ctx, nil, s.AdminURL+"/metrics")
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	return fams
-}
-
-// Scrape reads the Prometheus text at adminURL/metrics.
-func Scrape(adminURL string) (map[string]*dto.MetricFamily, error) {
-	resp, err := http.Get(adminURL + "/metrics")
-	if err != nil {
-		return nil, fmt.Errorf("apptest: scrape: %w", err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("apptest: parse /metrics: %w", err)
-	}
-	return fams, nil
-}
-
-// Sum adds the values of a family's series whose labels include want
-// (histograms count samples).
-func Sum(fams map[string]*dto.MetricFamily, name string, want map[string]string) float64 {
-	var total float64
-	for _, m := range fams[name].GetMetric() {
-		if !hasLabels(m, want) {
-			continue
-		}
-		switch {
-		case m.Counter != nil:
-			total += m.Counter.GetValue()
-		case m.Gauge != nil:
-			total += m.Gauge.GetValue()
-		case m.Histogram != nil:
-			total += float64(m.Histogram.GetSampleCount())
-		}
-	}
-	return total
-}
-
-func hasLabels(m *dto.Metric, want map[string]string) bool {
-	got := map[string]string{}
-	for _, l := range m.GetLabel() {
-		got[l.GetName()] = l.GetValue()
-	}
-	for k, v := range want {
-		if got[k] != v {
-			return false
-		}
-	}
-	return true
-}
-
-// OSThreads reads this process's thread count from /proc/self/status.
-func OSThreads() (int, error) {
-	return ProcThreads("self")
-}
-
-// ProcThreads reads the thread count of process pid ("self" for this
-// one) from /proc.
-func ProcThreads(pid string) (int, error) {
-	raw, err := os.ReadFile("/proc/" + pid + "/status")
-	if err != nil {
-		return 0, fmt.Errorf("apptest: threads: %w", err)
-	}
-	for _, line := range strings.Split(string(raw), "\n") {
-		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
-			return strconv.Atoi(strings.TrimSpace(v))
-		}
-	}
-	return 0, fmt.Errorf("apptest: no Threads line in /proc/%s/status", pid)
 }
 
 // LineCounter is an io.Writer that counts the lines written to it and

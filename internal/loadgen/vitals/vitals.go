@@ -33,9 +33,9 @@ import (
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
+
 	"github.com/sluice-dev/sluice/internal/loadgen/report"
+	"github.com/sluice-dev/sluice/internal/promtext"
 	"github.com/sluice-dev/sluice/internal/sockets"
 )
 
@@ -203,24 +203,7 @@ func (s *Sampler) scrape(ctx context.Context) (map[string]*dto.MetricFamily, err
 	if s.cfg.MetricsURL == "" {
 		return nil, fmt.Errorf("vitals: no metrics URL")
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, s.cfg.MetricsURL, nil)
-	if err != nil {
-		return nil, fmt.Errorf("vitals: %w", err)
-	}
-	resp, err := s.client.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("vitals: scrape %s: %w", s.cfg.MetricsURL, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("vitals: scrape %s: %s", s.cfg.MetricsURL, resp.Status)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return nil, fmt.Errorf("vitals: parse %s: %w", s.cfg.MetricsURL, err)
-	}
-	return fams, nil
+	return promtext.Scrape(ctx, s.client, s.cfg.MetricsURL)
 }
 
 // Result returns every sample with the first, last and peak values.
