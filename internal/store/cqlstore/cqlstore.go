@@ -65,8 +65,9 @@ const (
 // Store is a store.Store on a CQL cluster. It is safe for concurrent use.
 type Store struct {
 	cfg      Config
-	read     *gocql.Session
-	write    *gocql.Session
+	sessions atomic.Pointer[sessionPair]
+	healer   healer
+	reopened atomic.Int64
 	slots    *semaphore.Weighted
 	inflight atomic.Int64
 	waits    atomic.Int64
@@ -100,20 +101,43 @@ func open(ctx context.Context, cfg Config) (*Store, error) {
 		slots: semaphore.NewWeighted(int64(cfg.MaxInflight)),
 		retry: &gocql.ExponentialBackoffRetryPolicy{NumRetries: cfg.Retries, Min: 10 * time.Millisecond, Max: 200 * time.Millisecond},
 	}
-	var err error
-	if s.read, err = openSession(cfg, rc); err != nil {
+	s.healer.open = func() (*sessionPair, error) { return openSessions(cfg, rc, wc) }
+	pair, err := s.healer.open()
+	if err != nil {
 		return nil, err
 	}
-	if s.write, err = openSession(cfg, wc); err != nil {
-		s.read.Close()
-		return nil, err
-	}
-	if err := checkSchema(ctx, s.read, cfg.Keyspace); err != nil {
+	s.sessions.Store(pair)
+	if err := checkSchema(ctx, pair.read, cfg.Keyspace); err != nil {
 		s.Close()
 		return nil, err
 	}
 	return s, nil
 }
+
+// sessionPair is the read and the write session, replaced together.
+type sessionPair struct{ read, write *gocql.Session }
+
+// openSessions connects a read session at rc and a write session at wc.
+func openSessions(cfg Config, rc, wc gocql.Consistency) (*sessionPair, error) {
+	read, err := openSession(cfg, rc)
+	if err != nil {
+		return nil, err
+	}
+	write, err := openSession(cfg, wc)
+	if err != nil {
+		read.Close()
+		return nil, err
+	}
+	return &sessionPair{read: read, write: write}, nil
+}
+
+func (p *sessionPair) close() {
+	p.read.Close()
+	p.write.Close()
+}
+
+func (s *Store) read() *gocql.Session  { return s.sessions.Load().read }
+func (s *Store) write() *gocql.Session { return s.sessions.Load().write }
 
 // openSession connects one session at consistency cl.
 func openSession(cfg Config, cl gocql.Consistency) (*gocql.Session, error) {
@@ -147,8 +171,9 @@ func (s *Store) get(ctx context.Context, uri string) (store.Record, error) {
 	r := store.Record{URI: uri}
 	var created, indexed int64
 	err = guarded(func() error {
-		return s.idempotent(s.read.Query(selectRecord, uri), ctx).Scan(&r.CID, &r.JSON, &created, &indexed)
+		return s.idempotent(s.read().Query(selectRecord, uri), ctx).Scan(&r.CID, &r.JSON, &created, &indexed)
 	})
+	s.heal(err)
 	switch {
 	case errors.Is(err, gocql.ErrNotFound):
 		return store.Record{}, store.ErrNotFound
@@ -188,7 +213,7 @@ func (s *Store) put(ctx context.Context, recs []store.Record) error {
 	ts := time.Now().UnixMicro()
 	return fanout.Each(ctx, len(recs), func(ctx context.Context, i int) error {
 		r := recs[i]
-		q := s.write.Query(insertRecord, r.URI, r.CID, r.JSON, r.CreatedAt.UnixMicro(), r.IndexedAt.UnixMicro())
+		q := s.write().Query(insertRecord, r.URI, r.CID, r.JSON, r.CreatedAt.UnixMicro(), r.IndexedAt.UnixMicro())
 		return s.exec(ctx, q.WithTimestamp(ts), "insert "+short(r.URI))
 	})
 }
@@ -242,7 +267,7 @@ func (s *Store) delete(ctx context.Context, uris []string) (int, error) {
 			return err
 		}
 		n.Add(1)
-		return s.exec(ctx, s.write.Query(deleteRecord, uris[i]).WithTimestamp(ts), "delete "+short(uris[i]))
+		return s.exec(ctx, s.write().Query(deleteRecord, uris[i]).WithTimestamp(ts), "delete "+short(uris[i]))
 	})
 	return int(n.Load()), err
 }
@@ -254,7 +279,7 @@ func (s *Store) exists(ctx context.Context, uri string) (bool, error) {
 	}
 	defer release()
 	var got string
-	err = guarded(func() error { return s.idempotent(s.write.Query(selectExists, uri), ctx).Scan(&got) })
+	err = guarded(func() error { return s.idempotent(s.write().Query(selectExists, uri), ctx).Scan(&got) })
 	switch {
 	case errors.Is(err, gocql.ErrNotFound):
 		return false, nil
@@ -283,7 +308,9 @@ func (s *Store) exec(ctx context.Context, q *gocql.Query, what string) error {
 		return err
 	}
 	defer release()
-	if err := guarded(func() error { return s.idempotent(q, ctx).Exec() }); err != nil {
+	err = guarded(func() error { return s.idempotent(q, ctx).Exec() })
+	s.heal(err)
+	if err != nil {
 		return queryError(ctx, what, err)
 	}
 	return nil
@@ -328,8 +355,7 @@ func (s *Store) Stats() Stats {
 
 // Close closes both sessions.
 func (s *Store) Close() error {
-	s.read.Close()
-	s.write.Close()
+	s.sessions.Load().close()
 	return nil
 }
 
@@ -388,7 +414,7 @@ func (s *Store) Empty(ctx context.Context) (bool, error) {
 	}
 	defer release()
 	var uri string
-	err = guarded(func() error { return s.idempotent(s.read.Query(`SELECT uri FROM records LIMIT 1`), ctx).Scan(&uri) })
+	err = guarded(func() error { return s.idempotent(s.read().Query(`SELECT uri FROM records LIMIT 1`), ctx).Scan(&uri) })
 	switch {
 	case errors.Is(err, gocql.ErrNotFound):
 		return true, nil
