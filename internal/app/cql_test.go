@@ -1,7 +1,6 @@
 package app
 
 import (
-	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -135,7 +134,7 @@ type outcome struct {
 func TestCQLOutageMidLoad(t *testing.T) {
 	cfg := cqltest.Keyspace(t, "sluice_test_app_outage")
 	proxy := testenv.StartProxy(t, cfg.Hosts[0])
-	cfg.Hosts, cfg.DisableHostLookup, cfg.ReconnectInterval = []string{proxy.Addr()}, true, 300*time.Millisecond
+	cfg = cqltest.ThroughProxy(t, cfg, proxy.Addr())
 	ts := startServer(t, 1000, withCQL(cfg))
 	hits := ts.uris(0, 500)
 	if _, err := ts.client.GetPostRecords(ts.ctx("warm"), &sluicev1.GetPostRecordsRequest{Uris: hits}); err != nil {
@@ -177,8 +176,9 @@ func TestCQLOutageMidLoad(t *testing.T) {
 	checkAllOK(t, "after recovery", after)
 }
 
-// runLoad sends batches from 4 clients for d: odd requests ask for 50
-// cached URIs, even ones for the uncached misses. It returns every outcome.
+// runLoad sends batches from 4 workers for d, as client "load", whose
+// budget is unlimited: odd requests ask for 50 cached URIs, even ones for
+// the uncached misses. It returns every outcome.
 func runLoad(t *testing.T, ts *testServer, hits, misses []string, d time.Duration) []outcome {
 	t.Helper()
 	var mu sync.Mutex
@@ -194,7 +194,7 @@ func runLoad(t *testing.T, ts *testServer, hits, misses []string, d time.Duratio
 					uris = hits[(i*50)%len(hits):][:50]
 				}
 				start := time.Now()
-				_, err := ts.client.GetPostRecords(ts.ctx(fmt.Sprintf("load-%d", w)), &sluicev1.GetPostRecordsRequest{Uris: uris})
+				_, err := ts.client.GetPostRecords(ts.ctx("load"), &sluicev1.GetPostRecordsRequest{Uris: uris})
 				st := status.Convert(err)
 				mu.Lock()
 				out = append(out, outcome{hit: hit, code: st.Code(), msg: st.Message(), elapsed: time.Since(start)})

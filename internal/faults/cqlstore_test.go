@@ -11,12 +11,12 @@ import (
 )
 
 // The store scenarios run against the CQL store through toxiproxy: the
-// driver knows only the proxy's address (host discovery off), so cutting
-// or slowing the proxy is the network fault sluice sees.
+// driver dials only the proxy's address (the node's advertised address
+// maps to it), so cutting or slowing the proxy is the network fault sluice
+// sees.
 func init() {
 	newCQLStore = func(t *testing.T, addr string) store.Store {
-		cfg := cqltest.Keyspace(t, "sluice_test_faults")
-		cfg.Hosts, cfg.DisableHostLookup, cfg.ReconnectInterval = []string{addr}, true, 300*time.Millisecond
+		cfg := cqltest.ThroughProxy(t, cqltest.Keyspace(t, "sluice_test_faults"), addr)
 		cfg.ConnectTimeout = time.Second
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()

@@ -71,13 +71,13 @@ type Config struct {
 	NumConns int
 	// ReconnectInterval is how often a host marked down is dialed again.
 	ReconnectInterval time.Duration
-	// DisableHostLookup makes the driver use only Hosts, never the peer
-	// addresses the cluster advertises: for a proxy or NAT in between.
-	// Token-aware routing is off then: the token ring names the nodes'
-	// own addresses, which the driver may not use, and gocql v1.7.0's
-	// token-aware policy dereferences such a filtered-out host (a panic)
-	// once it refreshes the ring after a reconnect.
-	DisableHostLookup bool
+	// AddressMap maps the address a node advertises (its rpc_address and
+	// the native port, "ip:port") to the address this process must dial
+	// instead ("ip:port"): for a proxy or NAT between sluice and the
+	// cluster. Hosts are then the reachable addresses. The driver keeps
+	// discovering nodes and routing by token; it only dials the mapped
+	// address. Nodes not in the map are dialed as advertised.
+	AddressMap map[string]string
 
 	// QueryObserver, when set, sees every query attempt (tests count
 	// concurrency with it). Not settable by flags.
@@ -120,6 +120,11 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxInflight, "cql-max-inflight", c.MaxInflight, "process-wide cap on CQL queries in flight; more wait until their deadline")
 	fs.DurationVar(&c.Timeout, "cql-timeout", c.Timeout, "per-attempt query timeout (a little above the server's own)")
 	fs.IntVar(&c.Retries, "cql-retries", c.Retries, "retries of an idempotent statement after a transport or server error")
+	fs.Func("cql-address-map", "for a proxy or NAT: comma-separated advertised=reachable pairs of ip:port; the driver dials the reachable address of each node it discovers", func(s string) error {
+		m, err := parseAddressMap(s)
+		c.AddressMap = m
+		return err
+	})
 }
 
 // Validate reports every field out of range.
@@ -155,6 +160,9 @@ func (c Config) Validate() error {
 		if d.v <= 0 {
 			errs = append(errs, fmt.Errorf("cql: %s %v must be positive", d.name, d.v))
 		}
+	}
+	if _, err := c.addressTranslator(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
@@ -195,12 +203,8 @@ func checkIdentifier(s string) error {
 // cluster returns the driver config of one session at consistency cl. Each
 // session needs its own host policy: gocql refuses to share one.
 // hostPolicy routes each query to a replica of its partition in the local
-// datacenter, or round robin over the local hosts when the ring's
-// addresses are not usable (DisableHostLookup).
+// datacenter.
 func (c Config) hostPolicy() gocql.HostSelectionPolicy {
-	if c.DisableHostLookup {
-		return gocql.DCAwareRoundRobinPolicy(c.DC)
-	}
 	return gocql.TokenAwareHostPolicy(gocql.DCAwareRoundRobinPolicy(c.DC), gocql.ShuffleReplicas())
 }
 
@@ -213,34 +217,14 @@ func (c Config) cluster(cl gocql.Consistency) *gocql.ClusterConfig {
 	cc.ConnectTimeout = c.ConnectTimeout
 	cc.NumConns = c.NumConns
 	cc.ReconnectInterval = c.ReconnectInterval
-	cc.DisableInitialHostLookup = c.DisableHostLookup
-	if c.DisableHostLookup {
-		cc.HostFilter = onlyHosts(c.Hosts)
+	if t, _ := c.addressTranslator(); t != nil {
+		cc.AddressTranslator = t
 	}
 	cc.QueryObserver = c.QueryObserver
 	cc.Logger = newDriverLogger(c.Log)
 	// No retries by default: only idempotent statements get the policy.
 	cc.RetryPolicy = nil
 	return cc
-}
-
-// onlyHosts accepts only the configured contact points, so a driver behind
-// a proxy never dials the addresses the cluster advertises.
-func onlyHosts(hosts []string) gocql.HostFilter {
-	allowed := map[string]bool{}
-	for _, h := range hosts {
-		allowed[withPort(h)] = true
-	}
-	return gocql.HostFilterFunc(func(h *gocql.HostInfo) bool {
-		return allowed[h.HostnameAndPort()] || allowed[fmt.Sprintf("%s:%d", h.ConnectAddress(), h.Port())]
-	})
-}
-
-func withPort(h string) string {
-	if strings.Contains(h, ":") {
-		return h
-	}
-	return h + ":9042"
 }
 
 func splitList(s string) []string {

@@ -3,6 +3,7 @@ package cqlstore_test
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"strings"
 	"testing"
@@ -201,6 +202,9 @@ func TestConfigValidate(t *testing.T) {
 		{"too many retries", func(c *cqlstore.Config) { c.Retries = 50 }, "retries 50 is outside [0, 10]"},
 		{"empty dc", func(c *cqlstore.Config) { c.DC = "" }, "dc is empty"},
 		{"zero timeout", func(c *cqlstore.Config) { c.Timeout = 0 }, "timeout 0s must be positive"},
+		{"address map of ip:port", func(c *cqlstore.Config) { c.AddressMap = map[string]string{"10.0.0.5:9042": "127.0.0.1:19042"} }, ""},
+		{"address map with a name", func(c *cqlstore.Config) { c.AddressMap = map[string]string{"10.0.0.5:9042": "proxy:19042"} }, "address map 10.0.0.5:9042=proxy:19042: both sides must be ip:port"},
+		{"address map without port", func(c *cqlstore.Config) { c.AddressMap = map[string]string{"10.0.0.5": "127.0.0.1:19042"} }, "both sides must be ip:port"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := cqlstore.DefaultConfig()
@@ -211,6 +215,36 @@ func TestConfigValidate(t *testing.T) {
 				t.Errorf("Validate() = %v, want %q", err, tc.wantErr)
 			}
 		})
+	}
+}
+
+// Tests that --cql-address-map is read as advertised=reachable pairs, that
+// the driver is handed the reachable address of a mapped node (in either
+// IP form) and the advertised one of any other, and that a malformed pair
+// is refused with an example.
+func TestAddressMap(t *testing.T) {
+	c := cqlstore.DefaultConfig()
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	c.RegisterFlags(fs)
+	if err := fs.Parse([]string{"--cql-hosts", "127.0.0.1:19042", "--cql-address-map", "10.0.0.5:9042=127.0.0.1:19042, 10.0.0.6:9042=127.0.0.1:19043"}); err != nil {
+		t.Fatalf("parse: %v", err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("Validate: %v", err)
+	}
+	for advertised, want := range map[string]string{
+		"10.0.0.5:9042":          "127.0.0.1:19042",
+		"[::ffff:10.0.0.6]:9042": "127.0.0.1:19043",
+		"10.0.0.7:9042":          "10.0.0.7:9042",
+		"10.0.0.5:9043":          "10.0.0.5:9043",
+	} {
+		if got, err := c.Translate(advertised); err != nil || got != want {
+			t.Errorf("node advertising %s is dialed at %s (%v), want %s", advertised, got, err, want)
+		}
+	}
+	err := fs.Parse([]string{"--cql-address-map", "10.0.0.5:9042"})
+	if err == nil || !strings.Contains(err.Error(), "is not advertised=reachable (for example") {
+		t.Errorf("a pair without = parsed: %v", err)
 	}
 }
 

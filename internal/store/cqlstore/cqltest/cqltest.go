@@ -10,7 +10,9 @@ package cqltest
 import (
 	"context"
 	"fmt"
+	"net"
 	"slices"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -47,6 +49,56 @@ func Keyspace(t testing.TB, name string) cqlstore.Config {
 // Exec runs one statement on the Cassandra at addr, outside any keyspace.
 func Exec(t testing.TB, addr, stmt string, values ...any) {
 	t.Helper()
+	s := session(t, addr)
+	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := s.Query(stmt, values...).WithContext(ctx).Exec(); err != nil {
+		t.Fatalf("%s: %v", stmt, err)
+	}
+}
+
+// ThroughProxy returns cfg changed to reach the test Cassandra only
+// through proxy (a host:port that forwards to it), as a deployment behind
+// a proxy or NAT would: the proxy is the contact point, and the node's
+// advertised address maps to it, so the driver keeps discovering the node
+// and routing by token but never dials around the proxy. Reconnects are
+// quick, for tests that cut the proxy.
+func ThroughProxy(t testing.TB, cfg cqlstore.Config, proxy string) cqlstore.Config {
+	t.Helper()
+	advertised := Advertised(t, cfg.Hosts[0])
+	cfg.Hosts = []string{proxy}
+	cfg.AddressMap = map[string]string{advertised: proxy}
+	cfg.ReconnectInterval = 300 * time.Millisecond
+	return cfg
+}
+
+// Advertised returns the "ip:port" the node at addr advertises to
+// drivers: its rpc_address and native port. Like the driver, it takes
+// 9042 when the node does not say (Cassandra 5 names only rpc_port, which
+// the driver does not read).
+func Advertised(t testing.TB, addr string) string {
+	t.Helper()
+	s := session(t, addr)
+	defer s.Close()
+	row := map[string]any{}
+	if err := s.Query("SELECT * FROM system.local").MapScan(row); err != nil {
+		t.Fatalf("read system.local on %s: %v", addr, err)
+	}
+	ip := net.ParseIP(fmt.Sprint(row["rpc_address"]))
+	if ip == nil {
+		t.Fatalf("system.local on %s has no rpc_address: %v", addr, row)
+	}
+	port := 9042
+	if p, ok := row["native_port"].(int); ok && p > 0 {
+		port = p
+	}
+	return net.JoinHostPort(ip.String(), strconv.Itoa(port))
+}
+
+// session connects to the node at addr alone.
+func session(t testing.TB, addr string) *gocql.Session {
+	t.Helper()
 	c := gocql.NewCluster(addr)
 	c.Timeout, c.ConnectTimeout = 30*time.Second, 10*time.Second
 	c.DisableInitialHostLookup = true
@@ -55,12 +107,7 @@ func Exec(t testing.TB, addr, stmt string, values ...any) {
 	if err != nil {
 		t.Fatalf("connect to %s: %v", addr, err)
 	}
-	defer s.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	if err := s.Query(stmt, values...).WithContext(ctx).Exec(); err != nil {
-		t.Fatalf("%s: %v", stmt, err)
-	}
+	return s
 }
 
 // Truncate empties the records table of cfg's keyspace.
