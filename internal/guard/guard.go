@@ -124,7 +124,11 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 		identify: claimedName,
 		health:   health.NewServer(),
 	}
-	grpcOpts := []grpc.ServerOption{grpc.MaxRecvMsgSize(cfg.MaxRecvMsgBytes)}
+	codec, err := newCodec()
+	if err != nil {
+		return nil, err
+	}
+	grpcOpts := []grpc.ServerOption{grpc.MaxRecvMsgSize(cfg.MaxRecvMsgBytes), grpc.ForceServerCodecV2(codec)}
 	for _, opt := range opts {
 		opt(s, &grpcOpts)
 	}
@@ -174,9 +178,20 @@ func (s *Server) Register(desc *grpc.ServiceDesc, impl any) error {
 	for full, m := range registered {
 		s.methods[full] = m
 	}
-	s.grpc.RegisterService(desc, impl)
+	s.grpc.RegisterService(countingFirst(desc, registered), impl)
 	s.services = append(s.services, desc.ServiceName)
 	return nil
+}
+
+// countingFirst returns a copy of desc whose batch methods count their
+// items before decoding a request (see countFirst).
+func countingFirst(desc *grpc.ServiceDesc, methods map[string]*method) *grpc.ServiceDesc {
+	out := *desc
+	out.Methods = slices.Clone(desc.Methods)
+	for i, md := range out.Methods {
+		out.Methods[i].Handler = methods["/"+desc.ServiceName+"/"+md.MethodName].countFirst(md.Handler)
+	}
+	return &out
 }
 
 func serviceDescriptor(name string) (protoreflect.ServiceDescriptor, error) {

@@ -68,6 +68,11 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 	ctx = identity.WithClient(ctx, client)
 	r := Request{Client: client, Method: info.FullMethod, Items: 1}
 
+	if n, ok := counted(ctx); ok {
+		r.Items = n
+		s.observer.Rejected(ctx, r, ReasonShape)
+		return nil, tooManyItems(shortName(info.FullMethod), m.items, n, m.policy)
+	}
 	var items []string
 	if m.items != nil {
 		items = m.items.items(req.(proto.Message))

@@ -73,7 +73,7 @@ func checkShape(method string, f *itemField, items []string, p Policy) error {
 	case n == 0:
 		return badRequest(f.name, fmt.Sprintf("%s: the request has no %s; send between 1 and %d per request", method, f.name, p.MaxItems))
 	case n > p.MaxItems:
-		return badRequest(f.name, fmt.Sprintf("%s: %d %s exceeds the limit of %d per request; split the batch into requests of at most %d", method, n, f.name, p.MaxItems, p.MaxItems))
+		return tooManyItems(method, f, n, p)
 	}
 	for i, uri := range items {
 		field := itemPath(f, i)
@@ -85,6 +85,11 @@ func checkShape(method string, f *itemField, items []string, p Policy) error {
 		}
 	}
 	return nil
+}
+
+// tooManyItems is the refusal of a batch of n items, over MaxItems.
+func tooManyItems(method string, f *itemField, n int, p Policy) error {
+	return badRequest(f.name, fmt.Sprintf("%s: %d %s exceeds the limit of %d per request; split the batch into requests of at most %d", method, n, f.name, p.MaxItems, p.MaxItems))
 }
 
 func itemPath(f *itemField, i int) string {
