@@ -89,7 +89,7 @@ part_cachehit() {
   start_memcached $p $mc; local mcpid=$MC_PID
   start_sluice $p $mc $g $h
   run_logged $p "$BIN/sluice-bench" cachehit --target 127.0.0.1:$g --memcached 127.0.0.1:$mc --uris "$URIS" \
-    --concurrency "$CONC" --batch 50 --duration "$TPUT" --md "$OUT/md/$p.md"
+    --concurrency "$CONC" --batch 50 --duration "$TPUT" --server-pid "$SRV_PID" --memcached-pid "$mcpid" --md "$OUT/md/$p.md"
   stop_pid "$SRV_PID"; stop_pid "$mcpid"
 }
 

@@ -23,6 +23,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/sluice-dev/sluice/bench/cputime"
 	"github.com/sluice-dev/sluice/bench/throughput"
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/loadgen"
@@ -79,6 +80,8 @@ func cacheHit(ctx context.Context, args []string) error {
 	target := fs.String("target", "127.0.0.1:50051", "sluice gRPC address")
 	mc := fs.String("memcached", "127.0.0.1:11211", "the memcached sluice uses")
 	md := fs.String("md", "", "Markdown fragment to write")
+	serverPID := fs.Int("server-pid", 0, "sluice's pid, to report the CPU each path used (with --memcached-pid)")
+	memcachedPID := fs.Int("memcached-pid", 0, "memcached's pid")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -89,20 +92,87 @@ func cacheHit(ctx context.Context, args []string) error {
 	if err := loadgen.Warm(ctx, *target, uris, 1000, 4, os.Stderr); err != nil {
 		return err
 	}
+	meter := cputime.NewMeter(0, *serverPID, *memcachedPID)
 	fmt.Fprintf(os.Stderr, "cachehit: sluice GetPostRecords, %d workers × %d URIs, %v\n", c.concurrency, c.batch, c.duration)
-	sl, err := throughput.GRPC(ctx, "sluice GetPostRecords (gRPC)", *target, c.concurrency, c.batch, c.duration, throughput.NewBatches(uris, c.batch, false))
+	var sl throughput.Result
+	slCPU, err := measureCPU(meter, func() (err error) {
+		sl, err = throughput.GRPC(ctx, "sluice GetPostRecords (gRPC)", *target, c.concurrency, c.batch, c.duration, throughput.NewBatches(uris, c.batch, false))
+		return err
+	})
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "cachehit: raw GetMulti, %d workers × %d keys, %v\n", c.concurrency, c.batch, c.duration)
-	raw := throughput.GetMulti(ctx, *mc, c.concurrency, c.batch, c.duration, throughput.NewBatches(uris, c.batch, false))
+	var raw throughput.Result
+	rawCPU, err := measureCPU(meter, func() error {
+		raw = throughput.GetMulti(ctx, *mc, c.concurrency, c.batch, c.duration, throughput.NewBatches(uris, c.batch, false))
+		return nil
+	})
+	if err != nil {
+		return err
+	}
 	ratio := sl.ItemsPerSec / raw.ItemsPerSec
 	return writeMD(*md, func(w io.Writer) {
 		fmt.Fprintf(w, "## 1. Cache-hit path\n\n")
 		fmt.Fprintf(w, "%d workers, each with one request of %d URIs in flight, for %v per path, on a warm cache (every URI read once through sluice first).\n\n", c.concurrency, c.batch, c.duration)
 		resultTable(w, sl, raw)
 		fmt.Fprintf(w, "\n**sluice / raw GetMulti = %.2f** (target ≥ 0.70: %s).\n", ratio, verdict(ratio >= 0.70))
+		if *serverPID > 0 && *memcachedPID > 0 {
+			cpuTable(w, []string{sl.Name, raw.Name}, []pathCPU{slCPU, rawCPU}, []int64{sl.Items, raw.Items})
+		}
 	})
+}
+
+// pathCPU is the CPU time each process (client, sluice, memcached) and
+// the whole machine used while one path was measured.
+type pathCPU struct {
+	procs             []time.Duration
+	busy, machineTime time.Duration
+}
+
+// measureCPU runs f and returns the CPU time each of meter's processes
+// and the machine used meanwhile.
+func measureCPU(meter *cputime.Meter, f func() error) (pathCPU, error) {
+	before, err := meter.Sample()
+	if err != nil {
+		return pathCPU{}, err
+	}
+	busy0, total0, err := cputime.Machine()
+	if err != nil {
+		return pathCPU{}, err
+	}
+	if err := f(); err != nil {
+		return pathCPU{}, err
+	}
+	after, err := meter.Sample()
+	if err != nil {
+		return pathCPU{}, err
+	}
+	busy1, total1, err := cputime.Machine()
+	if err != nil {
+		return pathCPU{}, err
+	}
+	return pathCPU{procs: cputime.Since(before, after), busy: busy1 - busy0, machineTime: total1 - total0}, nil
+}
+
+// cpuTable writes where each path's CPU went, per item, and what that
+// implies for the throughput ratio on a machine the paths saturate.
+func cpuTable(w io.Writer, names []string, cpu []pathCPU, items []int64) {
+	fmt.Fprintf(w, "\nWhere the CPU went (user + system time of each process while its path ran, from `/proc/PID/stat` and `getrusage`):\n\n")
+	fmt.Fprintln(w, "| path | client µs/item | sluice µs/item | memcached µs/item | all three µs/item | machine busy |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
+	perItem := make([]float64, len(cpu))
+	for i, c := range cpu {
+		n := float64(max(items[i], 1))
+		us := func(d time.Duration) float64 { return float64(d.Microseconds()) / n }
+		var all time.Duration
+		for _, d := range c.procs {
+			all += d
+		}
+		perItem[i] = us(all)
+		fmt.Fprintf(w, "| %s | %.2f | %.2f | %.2f | %.2f | %.0f%% |\n", names[i], us(c.procs[0]), us(c.procs[1]), us(c.procs[2]), perItem[i], 100*c.busy.Seconds()/max(c.machineTime.Seconds(), 1e-9))
+	}
+	fmt.Fprintf(w, "\nAll three processes share the same cores, so with the machine near saturation items/s follows CPU per item: raw / sluice CPU per item = **%.2f**, the ratio the throughput can reach on this machine unless sluice's own share shrinks. The sluice path pays memcached's work too, plus gRPC and protobuf on both sides of the call.\n", perItem[1]/perItem[0])
 }
 
 func coldPath(ctx context.Context, args []string) error {
