@@ -133,26 +133,33 @@ type pathCPU struct {
 // measureCPU runs f and returns the CPU time each of meter's processes
 // and the machine used meanwhile.
 func measureCPU(meter *cputime.Meter, f func() error) (pathCPU, error) {
-	before, err := meter.Sample()
-	if err != nil {
-		return pathCPU{}, err
-	}
-	busy0, total0, err := cputime.Machine()
+	before, err := sampleCPU(meter)
 	if err != nil {
 		return pathCPU{}, err
 	}
 	if err := f(); err != nil {
 		return pathCPU{}, err
 	}
-	after, err := meter.Sample()
+	after, err := sampleCPU(meter)
 	if err != nil {
 		return pathCPU{}, err
 	}
-	busy1, total1, err := cputime.Machine()
+	return pathCPU{
+		procs:       cputime.Since(before.procs, after.procs),
+		busy:        after.busy - before.busy,
+		machineTime: after.machineTime - before.machineTime,
+	}, nil
+}
+
+// sampleCPU returns the CPU time used so far by meter's processes and by
+// the machine.
+func sampleCPU(meter *cputime.Meter) (pathCPU, error) {
+	procs, err := meter.Sample()
 	if err != nil {
 		return pathCPU{}, err
 	}
-	return pathCPU{procs: cputime.Since(before, after), busy: busy1 - busy0, machineTime: total1 - total0}, nil
+	busy, total, err := cputime.Machine()
+	return pathCPU{procs: procs, busy: busy, machineTime: total}, err
 }
 
 // cpuTable writes where each path's CPU went, per item, and what that
