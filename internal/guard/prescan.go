@@ -51,15 +51,16 @@ func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 	return c.proto.Unmarshal(data, v)
 }
 
-// rawRequest receives a request's bytes from codec. Free returns them to
-// the pool.
+// rawRequest receives a request's bytes from codec.
 type rawRequest struct{ buf mem.Buffer }
 
 func (r *rawRequest) bytes() []byte { return r.buf.ReadOnlyData() }
 
+// free returns the bytes to the pool; later calls do nothing.
 func (r *rawRequest) free() {
 	if r.buf != nil {
 		r.buf.Free()
+		r.buf = nil
 	}
 }
 
@@ -94,7 +95,12 @@ func (m *method) countFirst(h grpc.MethodHandler) grpc.MethodHandler {
 		if n := m.items.count(raw.bytes()); n > m.policy.MaxItems {
 			return h(srv, withCounted(ctx, n), func(any) error { return nil }, interceptor)
 		}
-		return h(srv, ctx, func(v any) error { return decode(raw.bytes(), v) }, interceptor)
+		// The bytes go back to the pool once decoded, not when the
+		// handler returns: the decoded request holds copies.
+		return h(srv, ctx, func(v any) error {
+			defer raw.free()
+			return decode(raw.bytes(), v)
+		}, interceptor)
 	}
 }
 
