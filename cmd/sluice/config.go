@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"flag"
 	"strings"
 
@@ -49,9 +50,9 @@ func parseServe(args []string) (serveFlags, error) {
 		cfg.Telemetry.TraceSampleRatio = *ratio
 	}
 	cfg.StoreReadDelay = *storeDelay
-	setIf(&cfg.TLS.CertFile, *tlsCert)
-	setIf(&cfg.TLS.KeyFile, *tlsKey)
-	setIf(&cfg.TLS.ClientCAFile, *clientCA)
+	cfg.TLS.CertFile = cmp.Or(*tlsCert, cfg.TLS.CertFile)
+	cfg.TLS.KeyFile = cmp.Or(*tlsKey, cfg.TLS.KeyFile)
+	cfg.TLS.ClientCAFile = cmp.Or(*clientCA, cfg.TLS.ClientCAFile)
 	return serveFlags{cfg: cfg, configPath: *configPath}, cfg.Validate()
 }
 
@@ -63,11 +64,4 @@ func splitList(s string) []string {
 		}
 	}
 	return out
-}
-
-// setIf sets *dst to v when the flag was given.
-func setIf(dst *string, v string) {
-	if v != "" {
-		*dst = v
-	}
 }

@@ -2,6 +2,7 @@ package app
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -143,24 +144,14 @@ func (f fileConfig) admission() budget.Config {
 }
 
 func overlayCache(c cache.Config, f cacheFile) cache.Config {
-	setDur(&c.Timeout, f.Timeout)
-	setDur(&c.TTL, f.TTL)
-	setDur(&c.NegativeTTL, f.NegativeTTL)
-	setDur(&c.TombstoneTTL, f.TombstoneTTL)
-	setDur(&c.BreakerCoolDown, f.BreakerCoolDown)
-	if f.MaxKeysPerGet != 0 {
-		c.MaxKeysPerGet = f.MaxKeysPerGet
-	}
-	if f.BreakerFailures != 0 {
-		c.BreakerFailures = f.BreakerFailures
-	}
+	c.Timeout = cmp.Or(f.Timeout, c.Timeout)
+	c.TTL = cmp.Or(f.TTL, c.TTL)
+	c.NegativeTTL = cmp.Or(f.NegativeTTL, c.NegativeTTL)
+	c.TombstoneTTL = cmp.Or(f.TombstoneTTL, c.TombstoneTTL)
+	c.BreakerCoolDown = cmp.Or(f.BreakerCoolDown, c.BreakerCoolDown)
+	c.MaxKeysPerGet = cmp.Or(f.MaxKeysPerGet, c.MaxKeysPerGet)
+	c.BreakerFailures = cmp.Or(f.BreakerFailures, c.BreakerFailures)
 	return c
-}
-
-func setDur(dst *time.Duration, v time.Duration) {
-	if v != 0 {
-		*dst = v
-	}
 }
 
 // Validate checks every component's config and how they fit together.

@@ -3,6 +3,7 @@ package faults
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -284,7 +285,7 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 		}
 		if cl.code != codes.OK && cl.code != codes.Unavailable {
 			other++
-			otherMsg = cmpOrStr(otherMsg, fmt.Sprintf("%s %q", cl.code, cl.msg))
+			otherMsg = cmp.Or(otherMsg, fmt.Sprintf("%s %q", cl.code, cl.msg))
 		}
 	}
 	exitCode := sl.cmd.ProcessState.ExitCode()
@@ -361,7 +362,7 @@ func TestSIGKILLThenRestart(t *testing.T) {
 			ok++
 		} else if cl.start.After(servedFrom) {
 			failedAfter++
-			failMsg = cmpOrStr(failMsg, fmt.Sprintf("%s %q", cl.code, cl.msg))
+			failMsg = cmp.Or(failMsg, fmt.Sprintf("%s %q", cl.code, cl.msg))
 		}
 	}
 	t.Logf("SIGKILL under 8 clients × 100-URI batches, pool cap %d: new process ready %v after the kill; TIME_WAIT toward memcached: %d before the kill, %d after it, %d after the restart served load; new process %v connections open, %v dials, %v cache errors, %v hits; %d calls OK, %d failed once the new process served (%s)",

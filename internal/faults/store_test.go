@@ -1,6 +1,7 @@
 package faults
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"runtime"
@@ -116,7 +117,7 @@ func runStoreFault(t *testing.T, bs breakableStore, mode string) {
 		slowest = max(slowest, took)
 		if code == codes.Unavailable && strings.Contains(msg, "record store is unavailable") {
 			coldUnavailable++
-			firstMsg = cmpOrStr(firstMsg, msg)
+			firstMsg = cmp.Or(firstMsg, msg)
 		} else if badMsg == "" {
 			badMsg = fmt.Sprintf("%s %q", code, msg)
 		}
@@ -154,13 +155,6 @@ func runStoreFault(t *testing.T, bs breakableStore, mode string) {
 	if after > baseGoroutines+goroutineSlack {
 		t.Errorf("goroutines: %d before the fault, %d after it ended (slack %d)", baseGoroutines, after, goroutineSlack)
 	}
-}
-
-func cmpOrStr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 // goroutineSlack allows for gRPC's and the HTTP client's idle-connection

@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"maps"
@@ -134,24 +135,12 @@ func (c Config) Merge(override Config) Config {
 	for name, o := range override.Methods {
 		out.Methods[name] = overlayPolicy(out.Methods[name], o)
 	}
-	if override.MaxInflightItems != 0 {
-		out.MaxInflightItems = override.MaxInflightItems
-	}
-	if override.MaxInflightRequests != 0 {
-		out.MaxInflightRequests = override.MaxInflightRequests
-	}
-	if override.MaxRecvMsgBytes != 0 {
-		out.MaxRecvMsgBytes = override.MaxRecvMsgBytes
-	}
-	if override.MaxQueuedRequests != 0 {
-		out.MaxQueuedRequests = override.MaxQueuedRequests
-	}
-	if override.QueueTarget != 0 {
-		out.QueueTarget = override.QueueTarget
-	}
-	if override.QueueInterval != 0 {
-		out.QueueInterval = override.QueueInterval
-	}
+	out.MaxInflightItems = cmp.Or(override.MaxInflightItems, c.MaxInflightItems)
+	out.MaxInflightRequests = cmp.Or(override.MaxInflightRequests, c.MaxInflightRequests)
+	out.MaxRecvMsgBytes = cmp.Or(override.MaxRecvMsgBytes, c.MaxRecvMsgBytes)
+	out.MaxQueuedRequests = cmp.Or(override.MaxQueuedRequests, c.MaxQueuedRequests)
+	out.QueueTarget = cmp.Or(override.QueueTarget, c.QueueTarget)
+	out.QueueInterval = cmp.Or(override.QueueInterval, c.QueueInterval)
 	return out
 }
 
@@ -161,18 +150,10 @@ func (c Config) queueConfig() queue.Config {
 }
 
 func overlayPolicy(base, o Policy) Policy {
-	if o.MaxItems != 0 {
-		base.MaxItems = o.MaxItems
-	}
-	if o.MaxURILength != 0 {
-		base.MaxURILength = o.MaxURILength
-	}
-	if o.Concurrency != 0 {
-		base.Concurrency = o.Concurrency
-	}
-	if o.Timeout != 0 {
-		base.Timeout = o.Timeout
-	}
+	base.MaxItems = cmp.Or(o.MaxItems, base.MaxItems)
+	base.MaxURILength = cmp.Or(o.MaxURILength, base.MaxURILength)
+	base.Concurrency = cmp.Or(o.Concurrency, base.Concurrency)
+	base.Timeout = cmp.Or(o.Timeout, base.Timeout)
 	return base
 }
 

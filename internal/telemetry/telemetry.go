@@ -16,6 +16,7 @@
 package telemetry
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -60,12 +61,8 @@ func (c Config) Merge(o Config) Config {
 	if o.Clients != nil {
 		c.Clients = o.Clients
 	}
-	if o.OTLPEndpoint != "" {
-		c.OTLPEndpoint = o.OTLPEndpoint
-	}
-	if o.TraceSampleRatio != 0 {
-		c.TraceSampleRatio = o.TraceSampleRatio
-	}
+	c.OTLPEndpoint = cmp.Or(o.OTLPEndpoint, c.OTLPEndpoint)
+	c.TraceSampleRatio = cmp.Or(o.TraceSampleRatio, c.TraceSampleRatio)
 	return c
 }
 

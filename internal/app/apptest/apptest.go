@@ -13,6 +13,7 @@ package apptest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"io"
 	"log/slog"
@@ -117,18 +118,11 @@ func Start(t testing.TB, opts Options) *Server {
 		t.Fatalf("apptest: app.New: %v", err)
 	}
 	s.App = a
-	s.seed(cmpOr(opts.Posts, 1000))
+	s.seed(cmp.Or(opts.Posts, 1000))
 	s.writeURIFile()
 	s.serve(opts.DialOptions)
 	s.MetricsURL = s.AdminURL + "/metrics"
 	return s
-}
-
-func cmpOr(v, def int) int {
-	if v == 0 {
-		return def
-	}
-	return v
 }
 
 func (s *Server) seed(n int) {
