@@ -45,7 +45,8 @@ func Scrape(ctx context.Context, client *http.Client, url string) (Families, err
 
 // Sum adds the values of family name's series whose labels include every
 // pair in want (nil: all series). Counters and gauges add their values,
-// histograms their sample counts; a missing family sums to 0.
+// untyped series (no TYPE line) their values, histograms their sample
+// counts; a missing family sums to 0.
 func (f Families) Sum(name string, want map[string]string) float64 {
 	var total float64
 	for _, m := range f[name].GetMetric() {
@@ -57,6 +58,8 @@ func (f Families) Sum(name string, want map[string]string) float64 {
 			total += m.Counter.GetValue()
 		case m.Gauge != nil:
 			total += m.Gauge.GetValue()
+		case m.Untyped != nil:
+			total += m.Untyped.GetValue()
 		case m.Histogram != nil:
 			total += float64(m.Histogram.GetSampleCount())
 		}

@@ -18,6 +18,8 @@ lat_bucket{le="1"} 4
 lat_bucket{le="+Inf"} 6
 lat_sum 3.5
 lat_count 6
+loose{state="TIME_WAIT"} 4
+loose{state="ESTABLISHED"} 8
 `
 
 func TestScrapeAndSum(t *testing.T) {
@@ -38,6 +40,8 @@ func TestScrapeAndSum(t *testing.T) {
 		{"reqs_total", map[string]string{"client": "nobody"}, 0},
 		{"conns", nil, 7},
 		{"lat", nil, 6},
+		{"loose", nil, 12},
+		{"loose", map[string]string{"state": "TIME_WAIT"}, 4},
 		{"absent", nil, 0},
 	} {
 		if got := fams.Sum(tc.name, tc.want); got != tc.sum {

@@ -136,8 +136,9 @@ func (s *Sampler) Sample(ctx context.Context) (report.Sample, map[string]string,
 		smp.MemcachedDials = pick(fams, src, "memcached_dials", mDials)
 		smp.CacheErrors = pick(fams, src, "cache_errors", mCacheErrs)
 		smp.Threads = pick(fams, src, "threads", mOSThreads, mGoThreads)
-		if v, ok := sumWhere(fams[mSockets], "state", "TIME_WAIT"); ok {
-			smp.MemcachedTWait, src["time_wait"] = v, mSockets+`{state="TIME_WAIT"}`
+		if _, ok := fams[mSockets]; ok {
+			smp.MemcachedTWait = fams.Sum(mSockets, map[string]string{"state": "TIME_WAIT"})
+			src["time_wait"] = mSockets + `{state="TIME_WAIT"}`
 		}
 	}
 	if s.cfg.PID > 0 {
@@ -165,7 +166,7 @@ func (s *Sampler) fromProc(smp *report.Sample, src map[string]string) {
 	}
 }
 
-func (s *Sampler) timeWaitFromKernel(fams map[string]*dto.MetricFamily, smp *report.Sample, src map[string]string) {
+func (s *Sampler) timeWaitFromKernel(fams promtext.Families, smp *report.Sample, src map[string]string) {
 	addrs := s.memcachedAddrs(fams)
 	targets := localAddrs(addrs)
 	if len(targets) == 0 {
@@ -187,7 +188,7 @@ func (s *Sampler) timeWaitFromKernel(fams map[string]*dto.MetricFamily, smp *rep
 // memcachedAddrs returns the configured memcached addresses, or those
 // the server's metrics named, remembered so that a failed scrape (an
 // overloaded server) does not lose the TIME_WAIT count.
-func (s *Sampler) memcachedAddrs(fams map[string]*dto.MetricFamily) []string {
+func (s *Sampler) memcachedAddrs(fams promtext.Families) []string {
 	if len(s.cfg.Memcached) > 0 {
 		return s.cfg.Memcached
 	}
@@ -199,7 +200,7 @@ func (s *Sampler) memcachedAddrs(fams map[string]*dto.MetricFamily) []string {
 	return s.mcAddrs
 }
 
-func (s *Sampler) scrape(ctx context.Context) (map[string]*dto.MetricFamily, error) {
+func (s *Sampler) scrape(ctx context.Context) (promtext.Families, error) {
 	if s.cfg.MetricsURL == "" {
 		return nil, fmt.Errorf("vitals: no metrics URL")
 	}
@@ -243,51 +244,17 @@ func (s *Sampler) Result() *report.Vitals {
 
 // pick returns the sum of the first of names the families hold, noting
 // its source; -1 when none is there.
-func pick(fams map[string]*dto.MetricFamily, src map[string]string, figure string, names ...string) float64 {
+func pick(fams promtext.Families, src map[string]string, figure string, names ...string) float64 {
 	for _, n := range names {
-		if fam, ok := fams[n]; ok {
+		if _, ok := fams[n]; ok {
 			src[figure] = n
-			v, _ := sumWhere(fam, "", "")
-			return v
+			return fams.Sum(n, nil)
 		}
 	}
 	return -1
 }
 
-// sumWhere adds a family's series whose label equals value
-// (case-insensitively; every series when label is empty).
-func sumWhere(fam *dto.MetricFamily, label, value string) (float64, bool) {
-	if fam == nil {
-		return 0, false
-	}
-	var total float64
-	found := false
-	for _, m := range fam.GetMetric() {
-		if label != "" && !hasLabel(m, label, value) {
-			continue
-		}
-		found = true
-		switch {
-		case m.Counter != nil:
-			total += m.Counter.GetValue()
-		case m.Gauge != nil:
-			total += m.Gauge.GetValue()
-		case m.Untyped != nil:
-			total += m.Untyped.GetValue()
-		}
-	}
-	return total, found
-}
-
-func hasLabel(m *dto.Metric, name, value string) bool {
-	for _, l := range m.GetLabel() {
-		if l.GetName() == name && strings.EqualFold(l.GetValue(), value) {
-			return true
-		}
-	}
-	return false
-}
-
+// labelValues lists the values of label name across a family's series.
 func labelValues(fam *dto.MetricFamily, name string) []string {
 	var out []string
 	for _, m := range fam.GetMetric() {
