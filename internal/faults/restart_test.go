@@ -317,21 +317,32 @@ func TestSIGTERMUnderLoad(t *testing.T) {
 
 // Tests SIGKILL under load, then an immediate restart on the same ports
 // and data directory: the new process is ready within 2s (the bbolt file
-// lock died with the old one), rebuilds its memcached pool within the
-// cap, and the sockets left in TIME_WAIT toward memcached stay near the
-// pool cap — before the kill, after it, and after the new process has
-// served load.
+// lock died with the old one) and rebuilds its memcached pool within the
+// cap. Sockets in TIME_WAIT toward memcached are only those a process
+// closed: before the kill, the connections the first process dropped
+// after failed calls; the kill adds at most the pool cap; the restart
+// adds only what the new process closed.
+//
+// The memcached timeout is 1s here, not 250ms: the test is about the
+// restart, and on a loaded machine under the race detector a 250ms timeout
+// closes connections during the cold start (CI once saw 64), which the
+// TIME_WAIT bounds then have to carry.
 func TestSIGKILLThenRestart(t *testing.T) {
 	const capConns = 16
 	mc := testenv.StartMemcached(t)
 	mcAddr := netip.MustParseAddrPort(mc.Addr())
-	c := newCluster(t, mc.Addr(), 2000, "--memcached-max-conns", strconv.Itoa(capConns))
+	conf := filepath.Join(t.TempDir(), "sluice.yaml")
+	if err := os.WriteFile(conf, []byte("cache:\n  timeout: 1s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := newCluster(t, mc.Addr(), 2000, "--memcached-max-conns", strconv.Itoa(capConns), "--config", conf)
 	first := c.start()
 	first.waitReady(t, time.Now(), 10*time.Second)
 
 	stop := make(chan struct{})
 	wait := hammer(t, c.grpcAddr, c.uris, 8, stop)
 	time.Sleep(1500 * time.Millisecond)
+	firstPool := scrapePool(t, first.adminURL)
 	twBefore := timeWait(t, mcAddr)
 	if err := first.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
@@ -346,14 +357,7 @@ func TestSIGKILLThenRestart(t *testing.T) {
 	close(stop)
 	calls := wait()
 	twAfterRestart := timeWait(t, mcAddr)
-	fams, err := promtext.Scrape(context.Background(), nil, second.adminURL+"/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dials := fams.Sum("sluice_memcached_dials_total", nil)
-	open := fams.Sum("sluice_memcached_connections_open", nil)
-	cacheErrs := fams.Sum("sluice_cache_errors_total", nil)
-	hits := fams.Sum("sluice_cache_hits_total", nil)
+	secondPool := scrapePool(t, second.adminURL)
 
 	var ok, failedAfter int
 	var failMsg string
@@ -365,23 +369,63 @@ func TestSIGKILLThenRestart(t *testing.T) {
 			failMsg = cmp.Or(failMsg, fmt.Sprintf("%s %q", cl.code, cl.msg))
 		}
 	}
-	t.Logf("SIGKILL under 8 clients × 100-URI batches, pool cap %d: new process ready %v after the kill; TIME_WAIT toward memcached: %d before the kill, %d after it, %d after the restart served load; new process %v connections open, %v dials, %v cache errors, %v hits; %d calls OK, %d failed once the new process served (%s)",
-		capConns, readyIn.Round(time.Millisecond), twBefore, twAfterKill, twAfterRestart, open, dials, cacheErrs, hits, ok, failedAfter, failMsg)
+	t.Logf("SIGKILL under 8 clients × 100-URI batches, pool cap %d: new process ready %v after the kill; TIME_WAIT toward memcached: %d before the kill, %d after it, %d after the restart served load; first process %s; new process %s; %d calls OK, %d failed once the new process served (%s)",
+		capConns, readyIn.Round(time.Millisecond), twBefore, twAfterKill, twAfterRestart, firstPool, secondPool, ok, failedAfter, failMsg)
 	if readyIn > 2*time.Second {
 		t.Errorf("the restarted process was ready %v after the kill, want ≤ 2s", readyIn)
 	}
-	for name, n := range map[string]int{"before the kill": twBefore, "after the kill": twAfterKill, "after the restart": twAfterRestart} {
-		if n > capConns+2 {
-			t.Errorf("%d sockets in TIME_WAIT toward memcached %s, want near the pool cap %d", n, name, capConns)
+	// The test's own readiness probe of memcached may add one more.
+	const probes = 2
+	if twBefore > firstPool.closed()+probes {
+		t.Errorf("%d sockets in TIME_WAIT toward memcached before the kill, want at most the %d the first process closed (%s)", twBefore, firstPool.closed(), firstPool)
+	}
+	if killed := twAfterKill - twBefore; killed > capConns+probes {
+		t.Errorf("the kill left %d more sockets in TIME_WAIT toward memcached, want at most the pool cap %d", killed, capConns)
+	}
+	if restarted := twAfterRestart - twAfterKill; restarted > secondPool.closed()+probes {
+		t.Errorf("the restarted process left %d more sockets in TIME_WAIT toward memcached, want at most the %d it closed (%s)", restarted, secondPool.closed(), secondPool)
+	}
+	for name, p := range map[string]pool{"first": firstPool, "new": secondPool} {
+		if !p.withinCap(capConns) {
+			t.Errorf("the %s process's memcached pool: %s; want at most %d open, and a redial only after a failed call closed a connection", name, p, capConns)
 		}
 	}
-	// A connection is redialed only after a failed call closed it.
-	if open > capConns || dials > capConns+cacheErrs || hits == 0 {
-		t.Errorf("the new process holds %v connections, dialed %v times with %v cache errors, hit %v times; want a rebuilt pool within the cap %d", open, dials, cacheErrs, hits, capConns)
+	if secondPool.hits == 0 {
+		t.Errorf("the new process never hit the cache (%s)", secondPool)
 	}
 	if failedAfter != 0 {
 		t.Errorf("%d requests failed after the new process was ready: %s", failedAfter, failMsg)
 	}
+}
+
+// pool is a process's memcached pool as its /metrics tell it.
+type pool struct{ dials, open, errors, hits float64 }
+
+func scrapePool(t *testing.T, adminURL string) pool {
+	t.Helper()
+	fams, err := promtext.Scrape(context.Background(), nil, adminURL+"/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pool{
+		dials:  fams.Sum("sluice_memcached_dials_total", nil),
+		open:   fams.Sum("sluice_memcached_connections_open", nil),
+		errors: fams.Sum("sluice_cache_errors_total", nil),
+		hits:   fams.Sum("sluice_cache_hits_total", nil),
+	}
+}
+
+// closed is how many connections the process has closed.
+func (p pool) closed() int { return int(p.dials - p.open) }
+
+// withinCap: no more than capConns open, and every dial beyond the cap
+// replaced a connection a failed call closed.
+func (p pool) withinCap(capConns int) bool {
+	return p.open <= float64(capConns) && p.dials <= float64(capConns)+p.errors
+}
+
+func (p pool) String() string {
+	return fmt.Sprintf("%v connections open, %v dials, %v cache errors, %v hits", p.open, p.dials, p.errors, p.hits)
 }
 
 // timeWait counts sockets in TIME_WAIT toward addr (any process's: the
