@@ -28,6 +28,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/posts"
 	"github.com/sluice-dev/sluice/internal/rpc"
 	"github.com/sluice-dev/sluice/internal/store"
+	"github.com/sluice-dev/sluice/internal/store/cqlstore"
 	"github.com/sluice-dev/sluice/internal/telemetry"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/sync/errgroup"
@@ -53,7 +54,8 @@ type App struct {
 	Guard     *guard.Server
 	Admin     *admin.Server
 	closers   []func() error
-	tracer    trace.TracerProvider // injected with WithTracerProvider
+	tracer    trace.TracerProvider  // injected with WithTracerProvider
+	cqlStats  func() cqlstore.Stats // set when the store is the CQL one
 }
 
 // Option adjusts how New builds an App.
@@ -103,6 +105,9 @@ func (a *App) build() error {
 		a.Store = st
 	}
 	a.closers = append(a.closers, a.Store.Close)
+	if cql, ok := a.Store.(*cqlstore.Store); ok {
+		a.cqlStats = cql.Stats
+	}
 	if a.cfg.StoreReadDelay > 0 {
 		a.Store = delayedStore{Store: a.Store, delay: a.cfg.StoreReadDelay}
 	}
@@ -183,6 +188,11 @@ func (a *App) observe() error {
 	}
 	if err := a.Telemetry.ObserveProcess(); err != nil {
 		return err
+	}
+	if a.cqlStats != nil {
+		if err := a.Telemetry.ObserveCQL(a.cqlStats); err != nil {
+			return err
+		}
 	}
 	if lh, ok := a.log.Handler().(*telemetry.LogHandler); ok {
 		return a.Telemetry.ObserveLogs(lh)

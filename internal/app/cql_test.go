@@ -89,6 +89,15 @@ func TestCQLBatchBoundedAndMatchesEmbedded(t *testing.T) {
 			t.Errorf("statement %q is not a single-partition SELECT of one URI", stmt)
 		}
 	}
+	// The slots show on /metrics: 100 queries wanted at once, 16 allowed.
+	fams := cql.metrics()
+	limit, inFlight := fams.Sum("sluice_cql_queries_max_in_flight", nil), fams.Sum("sluice_cql_queries_in_flight", nil)
+	waits, reopened := fams.Sum("sluice_cql_slot_waits_total", nil), fams.Sum("sluice_cql_sessions_reopened_total", nil)
+	t.Logf("/metrics: cap %v, in flight %v, slot waits %v, sessions reopened %v", limit, inFlight, waits, reopened)
+	if limit != maxInflight || inFlight != 0 || waits == 0 || reopened != 0 {
+		t.Errorf("CQL slot metrics: cap %v, in flight %v, waits %v, reopened %v; want cap %d, 0 in flight after the batches, some waits, no reopen",
+			limit, inFlight, waits, reopened, maxInflight)
+	}
 }
 
 // Tests that the write RPCs work on Cassandra: reads after a put or a

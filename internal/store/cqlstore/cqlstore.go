@@ -341,16 +341,17 @@ func (s *Store) acquire(ctx context.Context) (release func(), err error) {
 	}, nil
 }
 
-// Stats is a snapshot of the store's query slots.
+// Stats is a snapshot of the store's query slots and sessions.
 type Stats struct {
 	InFlight    int64 // queries holding a slot now
 	MaxInflight int   // the slot limit
 	Waits       int64 // queries that had to wait for a slot, ever
+	Reopened    int64 // times the sessions were replaced for want of a connection
 }
 
-// Stats reports the query slots now.
+// Stats reports the query slots and session replacements now.
 func (s *Store) Stats() Stats {
-	return Stats{InFlight: s.inflight.Load(), MaxInflight: s.cfg.MaxInflight, Waits: s.waits.Load()}
+	return Stats{InFlight: s.inflight.Load(), MaxInflight: s.cfg.MaxInflight, Waits: s.waits.Load(), Reopened: s.reopened.Load()}
 }
 
 // Close closes both sessions.

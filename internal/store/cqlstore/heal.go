@@ -74,7 +74,3 @@ func (s *Store) reopen(now time.Time) {
 	s.reopened.Add(1)
 	old.close()
 }
-
-// Reopened counts the times the sessions were replaced because the
-// driver had no usable connection.
-func (s *Store) Reopened() int64 { return s.reopened.Load() }

@@ -1,0 +1,71 @@
+package cqlstore_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/gocql/gocql"
+
+	"github.com/sluice-dev/sluice/internal/store"
+	"github.com/sluice-dev/sluice/internal/store/cqlstore/cqltest"
+)
+
+// Tests the healer that replaces the sessions when the driver stays
+// without a usable connection: the first "no connections" only starts the
+// clock; once queries have failed that way for longer than StuckAfter,
+// fresh sessions replace the old ones (closed, or TestMain's leak check
+// fails) and reads work on them; a second replacement waits StuckAfter;
+// another kind of error never triggers one; and while the cluster is
+// unreachable the old sessions are kept.
+func TestHealerReplacesStuckSessions(t *testing.T) {
+	cfg := cqltest.Keyspace(t, "sluice_test_heal")
+	s := mustOpen(t, cfg)
+	defer s.Close()
+	rec := store.Record{URI: "at://did:plc:heal/app.bsky.feed.post/3kheal", CID: "bafyreiheal",
+		JSON: []byte(`{"text":"still here"}`), CreatedAt: time.Unix(1700000000, 0).UTC(), IndexedAt: time.Unix(1700000001, 0).UTC()}
+	if err := s.Put(testContext(t), []store.Record{rec}); err != nil {
+		t.Fatal(err)
+	}
+	stuck := cfg.StuckAfter() + time.Second
+	reopened := func() int64 { return s.Stats().Reopened }
+	readable := func(when string) {
+		t.Helper()
+		got, err := s.Get(testContext(t), rec.URI)
+		if err != nil || string(got.JSON) != string(rec.JSON) {
+			t.Fatalf("%s: Get = %q, %v; want the stored record", when, got.JSON, err)
+		}
+	}
+
+	s.Heal(gocql.ErrNoConnections)
+	if n := reopened(); n != 0 {
+		t.Fatalf("reopened %d times after one failed query, want 0: the first only starts the clock", n)
+	}
+
+	s.StuckFor(stuck)
+	s.Heal(errors.New("gocql: no response received from cassandra within timeout period"))
+	if n := reopened(); n != 0 {
+		t.Fatalf("reopened %d times after a timeout, want 0: only a missing connection is healed", n)
+	}
+
+	s.Heal(gocql.ErrNoConnections)
+	if n := reopened(); n != 1 {
+		t.Fatalf("reopened %d times after %v without a connection, want 1", n, stuck)
+	}
+	readable("on the fresh sessions")
+
+	s.StuckFor(stuck)
+	s.Heal(gocql.ErrNoConnections)
+	if n := reopened(); n != 1 {
+		t.Fatalf("reopened %d times, want still 1: a second replacement waits %v after the first", n, cfg.StuckAfter())
+	}
+
+	s.ForgetLastReopen()
+	s.FailReopens()
+	s.StuckFor(stuck)
+	s.Heal(gocql.ErrNoConnections)
+	if n := reopened(); n != 1 {
+		t.Fatalf("reopened %d times while the cluster was unreachable, want still 1", n)
+	}
+	readable("after a failed reopen kept the sessions")
+}

@@ -1,0 +1,44 @@
+package telemetry
+
+import (
+	"context"
+
+	"github.com/sluice-dev/sluice/internal/store/cqlstore"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// ObserveCQL exports the CQL store's process-wide query slots (in flight,
+// the cap, and how many queries had to wait for one) and how often its
+// sessions were replaced because the driver had no usable connection.
+func (t *Telemetry) ObserveCQL(stats func() cqlstore.Stats) error {
+	m := t.meter
+	inFlight, err := m.Int64ObservableGauge("sluice.cql.queries.in_flight",
+		metric.WithDescription("CQL queries holding one of the process-wide slots now."))
+	if err != nil {
+		return err
+	}
+	limit, err := m.Int64ObservableGauge("sluice.cql.queries.max_in_flight",
+		metric.WithDescription("The process-wide cap on CQL queries in flight (--cql-max-inflight)."))
+	if err != nil {
+		return err
+	}
+	waits, err := m.Int64ObservableCounter("sluice.cql.slot_waits",
+		metric.WithDescription("CQL queries that had to wait for a slot."))
+	if err != nil {
+		return err
+	}
+	reopened, err := m.Int64ObservableCounter("sluice.cql.sessions.reopened",
+		metric.WithDescription("Times the CQL sessions were replaced after the driver stayed without a usable connection."))
+	if err != nil {
+		return err
+	}
+	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		s := stats()
+		o.ObserveInt64(inFlight, s.InFlight)
+		o.ObserveInt64(limit, int64(s.MaxInflight))
+		o.ObserveInt64(waits, s.Waits)
+		o.ObserveInt64(reopened, s.Reopened)
+		return nil
+	}, inFlight, limit, waits, reopened)
+	return err
+}
