@@ -92,8 +92,10 @@ type ServerStats struct {
 	// Waits counts calls that found no free connection and had to wait;
 	// WaitExpired those of them whose context ended first.
 	Waits, WaitExpired int64
-	// BreakerState is "closed", "half-open" or "open".
+	// BreakerState is "closed", "half-open" or "open"; BreakerOpens counts
+	// the times it opened (each also closed the idle connections).
 	BreakerState string
+	BreakerOpens int64
 }
 
 // New validates cfg and returns a Cache. It does not dial; connections are

@@ -302,6 +302,9 @@ func TestMemcachedDownThenBack(t *testing.T) {
 		t.Fatalf("no hit while memcached is up")
 	}
 
+	if n := c.Stats()[0].BreakerOpens; n != 0 {
+		t.Fatalf("breaker opened %d times while memcached was up", n)
+	}
 	mc.Stop()
 	for i := 0; c.Stats()[0].BreakerState != "open"; i++ {
 		if i == 10 {
@@ -336,8 +339,8 @@ func TestMemcachedDownThenBack(t *testing.T) {
 		c.Fill(ctx, map[string]Entry{uris[0]: {Value: []byte("v")}})
 		time.Sleep(50 * time.Millisecond)
 	}
-	if s := c.Stats()[0]; s.BreakerState != "closed" {
-		t.Errorf("breaker after recovery = %q, want closed", s.BreakerState)
+	if s := c.Stats()[0]; s.BreakerState != "closed" || s.BreakerOpens < 1 {
+		t.Errorf("breaker after recovery = %q, opened %d times; want closed, opened at least once", s.BreakerState, s.BreakerOpens)
 	}
 }
 

@@ -41,6 +41,7 @@ type server struct {
 	dials, closes, inUse          atomic.Int64
 	hits, misses, errors, skipped atomic.Int64
 	waits, waitExpired            atomic.Int64
+	breakerOpens                  atomic.Int64
 }
 
 func newServer(addr string, cfg Config, log *slog.Logger) *server {
@@ -140,6 +141,7 @@ func (s *server) close() error {
 func (s *server) onStateChange(_ string, from, to gobreaker.State) {
 	s.log.Warn("memcached breaker state changed", "kind", "breaker", "from", from.String(), "to", to.String())
 	if to == gobreaker.StateOpen {
+		s.breakerOpens.Add(1)
 		_ = s.client.Close()
 	}
 }
@@ -167,6 +169,7 @@ func (s *server) stats() ServerStats {
 		Waits:        s.waits.Load(),
 		WaitExpired:  s.waitExpired.Load(),
 		BreakerState: s.breaker.State().String(),
+		BreakerOpens: s.breakerOpens.Load(),
 	}
 }
 
