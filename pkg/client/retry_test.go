@@ -15,8 +15,10 @@ import (
 // one retry per 1/ratio requests.
 func TestRetryBudget(t *testing.T) {
 	b := newRetryBudget(0.1, 2)
-	if !b.spend() || !b.spend() {
-		t.Fatal("the saved burst of 2 was not available")
+	for i := range 2 {
+		if !b.spend() {
+			t.Fatalf("retry %d of the saved burst of 2 was not available", i+1)
+		}
 	}
 	if b.spend() {
 		t.Fatal("a third retry was allowed with the burst spent and no requests since")

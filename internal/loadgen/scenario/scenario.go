@@ -198,7 +198,7 @@ func (s Scenario) ClientURIs(c Client) URISource {
 func (s Scenario) Validate() error {
 	var errs []error
 	if len(s.Clients) == 0 {
-		errs = append(errs, errors.New("scenario: no clients; list at least one under clients:"))
+		errs = append(errs, errors.New("scenario: no clients; list at least one under the clients key"))
 	}
 	seen := map[string]bool{}
 	for i, c := range s.Clients {
@@ -253,7 +253,7 @@ func validateRate(c Client) []error {
 	case c.Rate != 0 && len(c.Steps) > 0:
 		return []error{errors.New("set either rate or steps, not both")}
 	case c.Rate == 0 && len(c.Steps) == 0:
-		return []error{errors.New("no arrival rate; set rate: (requests/s) or steps:")}
+		return []error{errors.New("no arrival rate; set rate (requests/s) or steps")}
 	case c.Rate != 0:
 		if c.Rate < 0 || c.Rate > MaxRate {
 			return []error{fmt.Errorf("rate must be in (0, %d] requests/s, got %v", MaxRate, c.Rate)}

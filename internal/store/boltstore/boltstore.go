@@ -82,9 +82,9 @@ func orDefault[T time.Duration | int](v, def T) T {
 func (o Options) validate() error {
 	switch {
 	case o.Timeout < 0:
-		return fmt.Errorf("Timeout %s is negative", o.Timeout)
+		return fmt.Errorf("boltstore: timeout %s is negative", o.Timeout)
 	case o.MaxURILength < 0 || o.MaxURILength > bolt.MaxKeySize:
-		return fmt.Errorf("MaxURILength %d is outside [0, %d]", o.MaxURILength, bolt.MaxKeySize)
+		return fmt.Errorf("boltstore: max URI length %d is outside [0, %d]", o.MaxURILength, bolt.MaxKeySize)
 	case o.MaxRecordBytes < 0 || o.MaxRecordBytes > maxRecordBytesCeiling:
 		return fmt.Errorf("MaxRecordBytes %d is outside [0, %d]", o.MaxRecordBytes, maxRecordBytesCeiling)
 	}

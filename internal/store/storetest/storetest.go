@@ -333,10 +333,10 @@ func concurrentWorker(ctx context.Context, s store.Store, w, rounds int) error {
 func checkHot(ctx context.Context, s store.Store) error {
 	got, err := s.Get(ctx, hotURI)
 	if err != nil {
-		return fmt.Errorf("Get hot: %w", err)
+		return fmt.Errorf("get hot: %w", err)
 	}
 	if want := fmt.Sprintf(`{"writer":%q}`, got.CID); string(got.JSON) != want {
-		return fmt.Errorf("Get hot: torn record: CID %q with JSON %s", got.CID, got.JSON)
+		return fmt.Errorf("get hot: torn record: CID %q with JSON %s", got.CID, got.JSON)
 	}
 	return nil
 }
