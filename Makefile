@@ -19,8 +19,9 @@ build: ## build bin/sluice
 generate: ## rebuild api/ from proto/ with pinned generators
 	scripts/generate.sh
 
-vet: ## go vet, gofmt
+vet: ## go vet, gofmt, staticcheck (pinned, installed into .tools/)
 	$(GO) vet ./...
+	"$$(scripts/tools.sh staticcheck)" ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 
 test: vet ## start real servers, run all tests and brief fuzzing

@@ -6,6 +6,7 @@ cd "$(dirname "$0")/.."
 TOOLS="$PWD/.tools/bin"
 declare -A PKG=(
   [grpcurl]=github.com/fullstorydev/grpcurl/cmd/grpcurl@v1.9.3
+  [staticcheck]=honnef.co/go/tools/cmd/staticcheck@v0.8.2
 )
 name=${1:?usage: scripts/tools.sh NAME}
 [[ -n ${PKG[$name]:-} ]] || { echo "tools: unknown tool $name" >&2; exit 2; }
