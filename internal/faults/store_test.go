@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -82,7 +81,7 @@ func runStoreFault(t *testing.T, bs breakableStore, mode string) {
 			t.Fatalf("warm up: %v", err)
 		}
 	}
-	baseGoroutines := stableGoroutines()
+	baseGoroutines := stableCensus()
 
 	// The hot clients read only cached posts: a view of the server whose
 	// Posts stop at cached.
@@ -138,8 +137,8 @@ func runStoreFault(t *testing.T, bs breakableStore, mode string) {
 	hotDuring := hot.window(start, faultEnd)
 	after := leakWait(baseGoroutines, 5*time.Second)
 
-	t.Logf("store %s: cached callers %s\n  cold callers: %d requests, %d Unavailable, slowest %v (deadline %v)\n  message: %s\n  recovered %v after the store came back; goroutines %d before, %d after",
-		mode, hotDuring, coldN, coldUnavailable, slowest.Round(time.Millisecond), coldTimeout, firstMsg, recoveredIn.Round(time.Millisecond), baseGoroutines, after)
+	t.Logf("store %s: cached callers %s\n  cold callers: %d requests, %d Unavailable, slowest %v (deadline %v)\n  message: %s\n  recovered %v after the store came back; goroutines (the proxy's left out) %d before, %d after",
+		mode, hotDuring, coldN, coldUnavailable, slowest.Round(time.Millisecond), coldTimeout, firstMsg, recoveredIn.Round(time.Millisecond), baseGoroutines.total(), after.total())
 	if hotDuring.failed != 0 || hotDuring.n == 0 {
 		t.Errorf("cached callers: %s; first failure %s", hotDuring, hotDuring.firstErr)
 	}
@@ -152,37 +151,10 @@ func runStoreFault(t *testing.T, bs breakableStore, mode string) {
 	if !recovered {
 		t.Errorf("reads needing the store did not recover within %v of the store coming back; last answer %s", storeRecoverWithin, lastMsg)
 	}
-	if after > baseGoroutines+goroutineSlack {
-		t.Errorf("goroutines: %d before the fault, %d after it ended (slack %d)", baseGoroutines, after, goroutineSlack)
+	if after.total() > baseGoroutines.total()+goroutineSlack {
+		t.Errorf("goroutines: %d before the fault, %d after it ended (slack %d); grown: %s",
+			baseGoroutines.total(), after.total(), goroutineSlack, after.grownSince(baseGoroutines))
 	}
-}
-
-// goroutineSlack allows for gRPC's and the HTTP client's idle-connection
-// goroutines coming and going.
-const goroutineSlack = 4
-
-// stableGoroutines returns the goroutine count once it stops falling.
-func stableGoroutines() int {
-	n := runtime.NumGoroutine()
-	for range 20 {
-		time.Sleep(25 * time.Millisecond)
-		m := runtime.NumGoroutine()
-		if m >= n {
-			return m
-		}
-		n = m
-	}
-	return n
-}
-
-// leakWait waits up to within for the goroutine count to return to base
-// (plus slack) and returns the last count seen.
-func leakWait(base int, within time.Duration) int {
-	n := runtime.NumGoroutine()
-	for end := time.Now().Add(within); time.Now().Before(end) && n > base+goroutineSlack; n = runtime.NumGoroutine() {
-		time.Sleep(20 * time.Millisecond)
-	}
-	return n
 }
 
 // switchStore wraps the embedded store with a switch that breaks it, and
