@@ -41,7 +41,7 @@ func TestReceiveCapAndShapeCheck(t *testing.T) {
 	if s := ts.app.Cache.Stats()[0]; s.Hits+s.Misses+s.Errors+s.Dials != 0 {
 		t.Errorf("memcached was reached: %+v", s)
 	}
-	if n := sum(ts.metrics(), "sluice_store_reads_total", nil); n != 0 {
+	if n := ts.metrics().Sum("sluice_store_reads_total", nil); n != 0 {
 		t.Errorf("store reads = %v, want 0", n)
 	}
 }

@@ -62,7 +62,7 @@ func TestBskyGetPostRecords(t *testing.T) {
 		}
 		fams := ts.metrics()
 		want := map[string]string{"client": "appview", "service": "bsky.Service", "method": "GetPostRecords", "source": source}
-		if n := sum(fams, "sluice_items_total", want); n == 0 {
+		if n := fams.Sum("sluice_items_total", want); n == 0 {
 			t.Errorf("round %d: no items from %s counted for appview on bsky.Service", round, source)
 		}
 	}

@@ -153,11 +153,6 @@ func (ts *testServer) metrics() promtext.Families {
 	return fams
 }
 
-// sum adds the values of a family's series whose labels include want.
-func sum(fams promtext.Families, name string, want map[string]string) float64 {
-	return fams.Sum(name, want)
-}
-
 // uris returns the URIs of posts[from:to].
 func (ts *testServer) uris(from, to int) []string {
 	out := make([]string, 0, to-from)

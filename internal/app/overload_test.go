@@ -224,7 +224,7 @@ func TestOverBudget(t *testing.T) {
 	if took > time.Second {
 		t.Errorf("the refusal took %v; it must come at once, not after queueing", took)
 	}
-	if n := sum(ts.metrics(), "sluice_rejections_total", map[string]string{"reason": "quota"}); n < 1 {
+	if n := ts.metrics().Sum("sluice_rejections_total", map[string]string{"reason": "quota"}); n < 1 {
 		t.Errorf("sluice_rejections_total{reason=quota} = %v, want ≥ 1", n)
 	}
 

@@ -39,10 +39,10 @@ func TestOversizedBatchRejectedBeforeAnyIO(t *testing.T) {
 		t.Errorf("cache saw calls: %+v", s)
 	}
 	fams := ts.metrics()
-	if n := sum(fams, "sluice_store_reads_total", nil); n != 0 {
+	if n := fams.Sum("sluice_store_reads_total", nil); n != 0 {
 		t.Errorf("store reads = %v, want 0", n)
 	}
-	if n := sum(fams, "sluice_rejections_total", map[string]string{"reason": "shape", "method": "GetPostRecords"}); n != 1 {
+	if n := fams.Sum("sluice_rejections_total", map[string]string{"reason": "shape", "method": "GetPostRecords"}); n != 1 {
 		t.Errorf("shape rejections = %v, want 1", n)
 	}
 }
@@ -74,10 +74,10 @@ func TestBatchAnsweredInOrder(t *testing.T) {
 			checkRecord(t, ts, uris[i], rec)
 		}
 		fams := ts.metrics()
-		if n := sum(fams, "sluice_items_total", map[string]string{"client": "unknown", "source": source}); n != 0 {
+		if n := fams.Sum("sluice_items_total", map[string]string{"client": "unknown", "source": source}); n != 0 {
 			t.Errorf("round %d: items for client unknown = %v, want them under other", round, n)
 		}
-		if n := sum(fams, "sluice_items_total", map[string]string{"source": source}); n == 0 {
+		if n := fams.Sum("sluice_items_total", map[string]string{"source": source}); n == 0 {
 			t.Errorf("round %d: no items counted from %s", round, source)
 		}
 	}

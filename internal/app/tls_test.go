@@ -171,10 +171,10 @@ func TestMutualTLS(t *testing.T) {
 				}
 			}
 			fams := ts.metrics()
-			if n := sum(fams, "sluice_rejections_total", map[string]string{"reason": "identity"}); n == 0 {
+			if n := fams.Sum("sluice_rejections_total", map[string]string{"reason": "identity"}); n == 0 {
 				t.Errorf("identity rejections not counted")
 			}
-			if n := sum(fams, "sluice_store_reads_total", nil) + float64(ts.app.Cache.Stats()[0].Hits); n == 0 {
+			if n := fams.Sum("sluice_store_reads_total", nil) + float64(ts.app.Cache.Stats()[0].Hits); n == 0 {
 				t.Errorf("no allowed request reached the read path")
 			}
 		})

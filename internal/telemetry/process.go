@@ -34,13 +34,10 @@ func (t *Telemetry) ObserveProcess() error {
 	return err
 }
 
-// OSThreads returns the number of OS threads of this process.
-func OSThreads() (int, error) { return procThreads("self") }
-
-// procThreads returns the number of OS threads of process pid ("self"
-// for this one), as the kernel counts them in /proc/<pid>/status.
-func procThreads(pid string) (int, error) {
-	path := "/proc/" + pid + "/status"
+// OSThreads returns the number of OS threads of this process, as the
+// kernel counts them in /proc/self/status.
+func OSThreads() (int, error) {
+	const path = "/proc/self/status"
 	f, err := os.Open(path)
 	if err != nil {
 		return 0, fmt.Errorf("telemetry: os threads: %w", err)

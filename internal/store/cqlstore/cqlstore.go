@@ -67,7 +67,6 @@ type Store struct {
 	cfg      Config
 	sessions atomic.Pointer[sessionPair]
 	healer   healer
-	reopened atomic.Int64
 	slots    *semaphore.Weighted
 	inflight atomic.Int64
 	waits    atomic.Int64
@@ -170,10 +169,9 @@ func (s *Store) get(ctx context.Context, uri string) (store.Record, error) {
 	defer release()
 	r := store.Record{URI: uri}
 	var created, indexed int64
-	err = guarded(func() error {
+	err = s.run(func() error {
 		return s.idempotent(s.read().Query(selectRecord, uri), ctx).Scan(&r.CID, &r.JSON, &created, &indexed)
 	})
-	s.heal(err)
 	switch {
 	case errors.Is(err, gocql.ErrNotFound):
 		return store.Record{}, store.ErrNotFound
@@ -279,7 +277,7 @@ func (s *Store) exists(ctx context.Context, uri string) (bool, error) {
 	}
 	defer release()
 	var got string
-	err = guarded(func() error { return s.idempotent(s.write().Query(selectExists, uri), ctx).Scan(&got) })
+	err = s.run(func() error { return s.idempotent(s.write().Query(selectExists, uri), ctx).Scan(&got) })
 	switch {
 	case errors.Is(err, gocql.ErrNotFound):
 		return false, nil
@@ -308,9 +306,7 @@ func (s *Store) exec(ctx context.Context, q *gocql.Query, what string) error {
 		return err
 	}
 	defer release()
-	err = guarded(func() error { return s.idempotent(q, ctx).Exec() })
-	s.heal(err)
-	if err != nil {
+	if err := s.run(func() error { return s.idempotent(q, ctx).Exec() }); err != nil {
 		return queryError(ctx, what, err)
 	}
 	return nil
@@ -351,7 +347,7 @@ type Stats struct {
 
 // Stats reports the query slots and session replacements now.
 func (s *Store) Stats() Stats {
-	return Stats{InFlight: s.inflight.Load(), MaxInflight: s.cfg.MaxInflight, Waits: s.waits.Load(), Reopened: s.reopened.Load()}
+	return Stats{InFlight: s.inflight.Load(), MaxInflight: s.cfg.MaxInflight, Waits: s.waits.Load(), Reopened: s.healer.reopened.Load()}
 }
 
 // Close closes both sessions.
@@ -376,16 +372,18 @@ func queryError(ctx context.Context, what string, err error) error {
 // errDriverPanic reports a panic inside the driver during a query.
 var errDriverPanic = errors.New("the CQL driver panicked")
 
-// guarded runs one driver call and turns a panic inside it into an error.
-// gocql v1.7.0's token-aware policy can dereference a host that went
-// away while its connection pool is being rebuilt (seen when the node is
-// unreachable and comes back); a driver fault must fail one query, not
-// the process.
-func guarded(call func() error) (err error) {
+// run makes one driver call; every query goes through it. A panic inside
+// the driver becomes an error: gocql v1.7.0's token-aware policy can
+// dereference a host that went away while its connection pool is being
+// rebuilt (seen when the node is unreachable and comes back), and a
+// driver fault must fail one query, not the process. The outcome is
+// reported to the healer.
+func (s *Store) run(call func() error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("%w: %v", errDriverPanic, r)
 		}
+		s.heal(err)
 	}()
 	return call()
 }
@@ -415,7 +413,7 @@ func (s *Store) Empty(ctx context.Context) (bool, error) {
 	}
 	defer release()
 	var uri string
-	err = guarded(func() error { return s.idempotent(s.read().Query(`SELECT uri FROM records LIMIT 1`), ctx).Scan(&uri) })
+	err = s.run(func() error { return s.idempotent(s.read().Query(`SELECT uri FROM records LIMIT 1`), ctx).Scan(&uri) })
 	switch {
 	case errors.Is(err, gocql.ErrNotFound):
 		return true, nil

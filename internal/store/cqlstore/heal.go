@@ -24,6 +24,7 @@ type healer struct {
 	stuckSince atomic.Int64 // unix nanoseconds; 0 while queries get answers
 	mu         sync.Mutex   // held while reopening
 	lastTry    time.Time
+	reopened   atomic.Int64 // sessions replaced, ever
 }
 
 // stuckAfter is how long queries may fail for lack of connections before
@@ -35,10 +36,11 @@ func (c Config) stuckAfter() time.Duration {
 // heal notes a query's outcome and replaces the sessions when the driver
 // has had no connection for longer than stuckAfter.
 func (s *Store) heal(err error) {
-	if !errors.Is(err, gocql.ErrNoConnections) {
-		if err == nil {
-			s.healer.stuckSince.Store(0)
-		}
+	switch {
+	case err == nil || errors.Is(err, gocql.ErrNotFound): // the cluster answered
+		s.healer.stuckSince.Store(0)
+		return
+	case !errors.Is(err, gocql.ErrNoConnections):
 		return
 	}
 	now := time.Now()
@@ -71,6 +73,6 @@ func (s *Store) reopen(now time.Time) {
 	}
 	old := s.sessions.Swap(fresh)
 	h.stuckSince.Store(0)
-	s.reopened.Add(1)
+	h.reopened.Add(1)
 	old.close()
 }

@@ -13,7 +13,8 @@ import (
 
 // Tests the healer that replaces the sessions when the driver stays
 // without a usable connection: the first "no connections" only starts the
-// clock; once queries have failed that way for longer than StuckAfter,
+// clock, and any answer (a not-found too) stops it; once queries have
+// failed that way for longer than StuckAfter,
 // fresh sessions replace the old ones (closed, or TestMain's leak check
 // fails) and reads work on them; a second replacement waits StuckAfter;
 // another kind of error never triggers one; and while the cluster is
@@ -48,6 +49,13 @@ func TestHealerReplacesStuckSessions(t *testing.T) {
 		t.Fatalf("reopened %d times after a timeout, want 0: only a missing connection is healed", n)
 	}
 
+	s.Heal(gocql.ErrNotFound)
+	s.Heal(gocql.ErrNoConnections)
+	if n := reopened(); n != 0 {
+		t.Fatalf("reopened %d times right after a not-found answer, want 0: an answer resets the clock", n)
+	}
+
+	s.StuckFor(stuck)
 	s.Heal(gocql.ErrNoConnections)
 	if n := reopened(); n != 1 {
 		t.Fatalf("reopened %d times after %v without a connection, want 1", n, stuck)
