@@ -210,9 +210,9 @@ func coldPath(ctx context.Context, args []string) error {
 		return err
 	}
 	cr := coldResult{Result: res,
-		CacheHits:   sum(after, "sluice_cache_hits_total") - sum(before, "sluice_cache_hits_total"),
-		CacheMisses: sum(after, "sluice_cache_misses_total") - sum(before, "sluice_cache_misses_total"),
-		StoreReads:  sum(after, "sluice_store_reads_total") - sum(before, "sluice_store_reads_total"),
+		CacheHits:   after.Sum("sluice_cache_hits_total", nil) - before.Sum("sluice_cache_hits_total", nil),
+		CacheMisses: after.Sum("sluice_cache_misses_total", nil) - before.Sum("sluice_cache_misses_total", nil),
+		StoreReads:  after.Sum("sluice_store_reads_total", nil) - before.Sum("sluice_store_reads_total", nil),
 	}
 	raw, _ := json.MarshalIndent(cr, "", "  ")
 	return os.WriteFile(*out, raw, 0o644)
@@ -304,5 +304,3 @@ func scrape(url string) (promtext.Families, error) {
 	defer cancel()
 	return promtext.Scrape(ctx, nil, url)
 }
-
-func sum(fams promtext.Families, name string) float64 { return fams.Sum(name, nil) }
