@@ -1,10 +1,9 @@
 #!/usr/bin/env bash
 # Cold-path benchmark on Cassandra: items/s of uncached batches read through
 # sluice against the same reads made directly with gocql at the same
-# concurrency, in one run. Starts the servers it needs (and stops those it
-# started), prints go test's lines as they come, and writes the table to
-# docs/BENCHMARKS.md under "## Cold path on Cassandra" (other sections of
-# the file are kept).
+# concurrency, in one run. Starts the servers it needs, prints go test's
+# lines as they come, and writes the table to docs/BENCHMARKS.md under
+# "## Cold path on Cassandra" (other sections of the file are kept).
 #
 #   scripts/bench-cql.sh            BENCHTIME=40x COUNT=5 by default
 set -euo pipefail
@@ -12,22 +11,11 @@ cd "$(dirname "$0")/.."
 BENCHTIME=${BENCHTIME:-40x}
 COUNT=${COUNT:-5}
 OUT=docs/BENCHMARKS.md
-# Stop the servers afterwards only if this script started them: deps a
-# developer brought up (make deps-up) stay up.
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
-started_deps=0
-if ! port_open "${SLUICE_TEST_MEMCACHED_PORT:-21211}" && ! port_open "${SLUICE_TEST_CASSANDRA_PORT:-9042}"; then
-  started_deps=1
-fi
 eval "$(scripts/test-deps.sh up)"
 CMD="go test -run '^\$' -bench BenchmarkColdPathCQL -benchtime $BENCHTIME -count $COUNT ./internal/app/"
 echo "bench-cql: $CMD" >&2
 raw=$(mktemp)
-cleanup() {
-  rm -f "$raw"
-  if [[ $started_deps == 1 ]]; then scripts/test-deps.sh down >&2; fi
-}
-trap cleanup EXIT
+trap 'rm -f "$raw"' EXIT
 eval "$CMD" | tee "$raw" >&2
 
 section=$(mktemp)

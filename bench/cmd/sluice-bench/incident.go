@@ -45,8 +45,9 @@ func incident(args []string) error {
 		normalTable(w, "naive baseline", rs[2], rs[3])
 		bulkTable(w, rs[0], rs[2])
 		vitalsTable(w, rs)
-		roundsTable(w, rounds)
-		targets(w, rounds, *connCap, *goroutineBound, *boundNote)
+		ratios := ratiosOf(rounds)
+		roundsTable(w, ratios)
+		targets(w, rounds, ratios, *connCap, *goroutineBound, *boundNote)
 	})
 }
 
@@ -74,58 +75,75 @@ func readRounds(with, without string) ([]round, error) {
 	return out, nil
 }
 
-// ratios returns each normal client's p99 with bulk over p99 without, by
-// client name.
-func (r round) ratios() map[string]float64 {
-	out := map[string]float64{}
-	for _, c := range r.with.Clients {
-		if base := r.without.Client(c.Name); c.Name != bulkClient && base != nil {
-			out[c.Name] = ratio(c.Latency.P99, base.Latency.P99)
-		}
-	}
-	return out
+// p99Ratios holds each normal client's p99 with bulk over p99 without,
+// in every round: clients in report order, byRound[i][client].
+type p99Ratios struct {
+	clients []string
+	byRound []map[string]float64
 }
 
-// roundsTable shows every round's p99 ratio per normal client and the
-// median over rounds: one 40 s run on a shared 2-core machine is noisy.
-func roundsTable(w io.Writer, rounds []round) {
-	fmt.Fprintf(w, "### sluice's p99 ratio (with bulk / without) in each round\n\n| client |")
-	for i := range rounds {
-		fmt.Fprintf(w, " round %d |", i+1)
-	}
-	fmt.Fprintf(w, " median |\n|---|%s---:|\n", strings.Repeat("---:|", len(rounds)))
-	for _, name := range normalClients(rounds[0]) {
-		fmt.Fprintf(w, "| %s |", name)
-		for _, r := range rounds {
-			fmt.Fprintf(w, " %.2f |", r.ratios()[name])
-		}
-		fmt.Fprintf(w, " **%.2f** |\n", medianRatio(rounds, name))
-	}
-	fmt.Fprintln(w)
-}
-
-// normalClients names the clients of a round other than bulk, in report
-// order.
-func normalClients(r round) []string {
-	var names []string
-	for _, c := range r.with.Clients {
-		if c.Name != bulkClient {
-			names = append(names, c.Name)
-		}
-	}
-	return names
-}
-
-func medianRatio(rounds []round, client string) float64 {
-	vs := make([]float64, len(rounds))
+func ratiosOf(rounds []round) p99Ratios {
+	var t p99Ratios
 	for i, r := range rounds {
-		vs[i] = r.ratios()[client]
+		m := map[string]float64{}
+		for _, c := range r.with.Clients {
+			base := r.without.Client(c.Name)
+			if c.Name == bulkClient || base == nil {
+				continue
+			}
+			m[c.Name] = ratio(c.Latency.P99, base.Latency.P99)
+			if i == 0 {
+				t.clients = append(t.clients, c.Name)
+			}
+		}
+		t.byRound = append(t.byRound, m)
+	}
+	return t
+}
+
+// median is client's median ratio over the rounds.
+func (t p99Ratios) median(client string) float64 {
+	vs := make([]float64, len(t.byRound))
+	for i, m := range t.byRound {
+		vs[i] = m[client]
 	}
 	slices.Sort(vs)
 	if n := len(vs); n%2 == 0 {
 		return (vs[n/2-1] + vs[n/2]) / 2
 	}
 	return vs[len(vs)/2]
+}
+
+// worst returns the highest client median and the highest ratio of any
+// single round.
+func (t p99Ratios) worst() (median, single float64) {
+	for _, name := range t.clients {
+		median = max(median, t.median(name))
+	}
+	for _, m := range t.byRound {
+		for _, v := range m {
+			single = max(single, v)
+		}
+	}
+	return median, single
+}
+
+// roundsTable shows every round's p99 ratio per normal client and the
+// median over rounds: one 40 s run on a shared 2-core machine is noisy.
+func roundsTable(w io.Writer, t p99Ratios) {
+	fmt.Fprintf(w, "### sluice's p99 ratio (with bulk / without) in each round\n\n| client |")
+	for i := range t.byRound {
+		fmt.Fprintf(w, " round %d |", i+1)
+	}
+	fmt.Fprintf(w, " median |\n|---|%s---:|\n", strings.Repeat("---:|", len(t.byRound)))
+	for _, name := range t.clients {
+		fmt.Fprintf(w, "| %s |", name)
+		for _, m := range t.byRound {
+			fmt.Fprintf(w, " %.2f |", m[name])
+		}
+		fmt.Fprintf(w, " **%.2f** |\n", t.median(name))
+	}
+	fmt.Fprintln(w)
 }
 
 // normalTable compares each normal client's p99 with and without bulk.
@@ -200,15 +218,10 @@ func vitalsTable(w io.Writer, rs [4]*report.Report) {
 	}
 }
 
-func targets(w io.Writer, rounds []round, connCap, bound int, note string) {
-	worstMedian, worstRound, errs := 0.0, 0.0, int64(0)
-	for _, name := range normalClients(rounds[0]) {
-		worstMedian = max(worstMedian, medianRatio(rounds, name))
-	}
+func targets(w io.Writer, rounds []round, ratios p99Ratios, connCap, bound int, note string) {
+	worstMedian, worstRound := ratios.worst()
+	errs := int64(0)
 	for _, r := range rounds {
-		for _, v := range r.ratios() {
-			worstRound = max(worstRound, v)
-		}
 		for _, c := range r.with.Clients {
 			if c.Name != bulkClient {
 				errs += c.Errors
@@ -221,39 +234,40 @@ func targets(w io.Writer, rounds []round, connCap, bound int, note string) {
 	fmt.Fprintln(w, "|---|---|---|")
 	fmt.Fprintf(w, "| normal clients' p99 ≤ 1.25× without bulk, median of %d rounds | worst client's median %.2f (worst single round %.2f) | %s |\n", len(rounds), worstMedian, worstRound, verdict(worstMedian <= 1.25))
 	fmt.Fprintf(w, "| zero errors for normal clients, all rounds | %d | %s |\n", errs, verdict(errs == 0))
-	if p, ok := peaksOver(rounds); ok {
-		fmt.Fprintf(w, "| memcached connections ≤ cap %d, all rounds | peak %s | %s |\n", connCap, num(p.MemcachedConns), verdict(p.MemcachedConns >= 0 && p.MemcachedConns <= float64(connCap)))
-		fmt.Fprintf(w, "| dials flat after warm-up, all rounds | at most +%s during a run | %s |\n", num(p.MemcachedDials), verdict(p.MemcachedDials == 0))
-		fmt.Fprintf(w, "| TIME_WAIT toward memcached ≤ cap %d, all rounds | peak %s | %s |\n", connCap, num(p.MemcachedTWait), verdict(p.MemcachedTWait >= 0 && p.MemcachedTWait <= float64(connCap)))
+	if v, ok := worstOver(rounds); ok {
+		fmt.Fprintf(w, "| memcached connections ≤ cap %d, all rounds | peak %s | %s |\n", connCap, num(v.conns), verdict(v.conns >= 0 && v.conns <= float64(connCap)))
+		fmt.Fprintf(w, "| dials flat after warm-up, all rounds | at most +%s during a run | %s |\n", num(v.dialRise), verdict(v.dialRise == 0))
+		fmt.Fprintf(w, "| TIME_WAIT toward memcached ≤ cap %d, all rounds | peak %s | %s |\n", connCap, num(v.timeWait), verdict(v.timeWait >= 0 && v.timeWait <= float64(connCap)))
 		if bound > 0 {
-			fmt.Fprintf(w, "| goroutines under the config's bound %d (%s), all rounds | peak %s | %s |\n", bound, note, num(p.Goroutines), verdict(p.Goroutines < float64(bound)))
+			fmt.Fprintf(w, "| goroutines under the config's bound %d (%s), all rounds | peak %s | %s |\n", bound, note, num(v.goroutines), verdict(v.goroutines < float64(bound)))
 		}
 	}
 	fmt.Fprintln(w)
 }
 
-// peaksOver returns the highest peak of each vital sign over the rounds
-// runs with bulk; MemcachedDials holds the largest rise in dials during a
-// run. ok is false when no run sampled the server.
-func peaksOver(rounds []round) (report.Sample, bool) {
-	var p report.Sample
-	ok := false
+// worstVitals is the worst figure of each vital-sign target over the
+// runs with bulk of every round.
+type worstVitals struct {
+	conns, dialRise, timeWait, goroutines float64
+}
+
+// worstOver returns the highest peak of connections, TIME_WAIT and
+// goroutines, and the largest rise in dials during one run. ok is false
+// when no run sampled the server.
+func worstOver(rounds []round) (w worstVitals, ok bool) {
 	for _, r := range rounds {
 		v := r.with.Vitals
 		if v == nil {
 			continue
 		}
+		this := worstVitals{v.Peak.MemcachedConns, v.Last.MemcachedDials - v.First.MemcachedDials, v.Peak.MemcachedTWait, v.Peak.Goroutines}
 		if !ok {
-			p, ok = v.Peak, true
-			p.MemcachedDials = v.Last.MemcachedDials - v.First.MemcachedDials
+			w, ok = this, true
 			continue
 		}
-		p.MemcachedConns = max(p.MemcachedConns, v.Peak.MemcachedConns)
-		p.MemcachedDials = max(p.MemcachedDials, v.Last.MemcachedDials-v.First.MemcachedDials)
-		p.MemcachedTWait = max(p.MemcachedTWait, v.Peak.MemcachedTWait)
-		p.Goroutines = max(p.Goroutines, v.Peak.Goroutines)
+		w = worstVitals{max(w.conns, this.conns), max(w.dialRise, this.dialRise), max(w.timeWait, this.timeWait), max(w.goroutines, this.goroutines)}
 	}
-	return p, ok
+	return w, ok
 }
 
 func peakOf(get func(report.Sample) float64) func(*report.Vitals) string {

@@ -168,7 +168,7 @@ func cpuTable(w io.Writer, names []string, cpu []pathCPU, items []int64) {
 	fmt.Fprintf(w, "\nWhere the CPU went (user + system time of each process while its path ran, from `/proc/PID/stat` and `getrusage`):\n\n")
 	fmt.Fprintln(w, "| path | client µs/item | sluice µs/item | memcached µs/item | all three µs/item | machine busy |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|")
-	perItem := make([]float64, len(cpu))
+	perItem, serverPerItem := make([]float64, len(cpu)), make([]float64, len(cpu))
 	for i, c := range cpu {
 		n := float64(max(items[i], 1))
 		us := func(d time.Duration) float64 { return float64(d.Microseconds()) / n }
@@ -176,17 +176,12 @@ func cpuTable(w io.Writer, names []string, cpu []pathCPU, items []int64) {
 		for _, d := range c.procs {
 			all += d
 		}
-		perItem[i] = us(all)
+		perItem[i], serverPerItem[i] = us(all), us(c.procs[1])
 		fmt.Fprintf(w, "| %s | %.2f | %.2f | %.2f | %.2f | %.0f%% |\n", names[i], us(c.procs[0]), us(c.procs[1]), us(c.procs[2]), perItem[i], 100*c.busy.Seconds()/max(c.machineTime.Seconds(), 1e-9))
 	}
 	fmt.Fprintf(w, "\nAll three processes share the same cores, so with the machine near saturation items/s follows CPU per item: raw / sluice CPU per item = **%.2f**, the ratio the throughput can reach on this machine unless sluice's own share shrinks. The sluice path pays memcached's work too, plus gRPC and protobuf on both sides of the call.\n", perItem[1]/perItem[0])
-	withoutServer := perItem[0] - sluiceShare(cpu[0], items[0])
+	withoutServer := perItem[0] - serverPerItem[0]
 	fmt.Fprintf(w, "\nThe ceiling on this machine: if sluice itself used no CPU at all, the sluice path would still cost its client and memcached %.2f µs/item, and the ratio could reach at most **%.2f**.\n", withoutServer, perItem[1]/withoutServer)
-}
-
-// sluiceShare is the server's CPU per item on one path, in µs.
-func sluiceShare(c pathCPU, items int64) float64 {
-	return float64(c.procs[1].Microseconds()) / float64(max(items, 1))
 }
 
 func coldPath(ctx context.Context, args []string) error {
