@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"slices"
 	"strconv"
 	"sync"
@@ -29,10 +30,13 @@ const timeout = 60 * time.Second
 // Keyspace drops keyspace name if it exists, creates it with sluice's
 // schema (SimpleStrategy, RF 1) and returns a config for it on the test
 // Cassandra. The keyspace is left in place after the test, for
-// inspection; the next run drops it.
+// inspection; the next run drops it. SLUICE_TEST_KEYSPACE_SUFFIX, when
+// set, is appended to name, so two checkouts can share one Cassandra
+// without dropping each other's keyspaces.
 func Keyspace(t testing.TB, name string) cqlstore.Config {
 	t.Helper()
 	addr := testenv.Cassandra(t)
+	name += os.Getenv("SLUICE_TEST_KEYSPACE_SUFFIX")
 	cfg := cqlstore.DefaultConfig()
 	cfg.Hosts, cfg.Keyspace = []string{addr}, name
 	cfg.MaxInflight = 64
