@@ -62,7 +62,7 @@ appview-test: ## the AppView's client stack (Node.js, connect-es) against a seed
 compose-check: ## validate docker-compose.yml with docker-compose config (no engine needed)
 	scripts/compose-check.sh
 
-bench: ## measure sluice beside raw memcached, the store, the naive baseline and gocql; write docs/BENCHMARKS.md
+bench: ## measure sluice beside raw memcached, the store, the naive baseline and gocql; write docs/benchmarks.md
 	scripts/bench.sh
 	scripts/bench-cql.sh
 

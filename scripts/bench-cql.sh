@@ -2,7 +2,7 @@
 # Cold-path benchmark on Cassandra: items/s of uncached batches read through
 # sluice against the same reads made directly with gocql at the same
 # concurrency, in one run. Starts the servers it needs, prints go test's
-# lines as they come, and writes the table to docs/BENCHMARKS.md under
+# lines as they come, and writes the table to docs/benchmarks.md under
 # "## Cold path on Cassandra" (other sections of the file are kept).
 #
 #   scripts/bench-cql.sh            BENCHTIME=40x COUNT=5 by default
@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 BENCHTIME=${BENCHTIME:-40x}
 COUNT=${COUNT:-5}
-OUT=docs/BENCHMARKS.md
+OUT=docs/benchmarks.md
 eval "$(scripts/test-deps.sh up)"
 CMD="go test -run '^\$' -bench BenchmarkColdPathCQL -benchtime $BENCHTIME -count $COUNT ./internal/app/"
 echo "bench-cql: $CMD" >&2

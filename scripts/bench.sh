@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make bench`: measures sluice on this machine and writes docs/BENCHMARKS.md.
+# `make bench`: measures sluice on this machine and writes docs/benchmarks.md.
 #
 # Each part is a function that writes a Markdown fragment to $OUT/md/NN-name.md
 # and logs the commands it ran (run_logged) to $OUT/md/NN-name.cmds; the
@@ -20,7 +20,7 @@ ROUNDS=${SLUICE_BENCH_ROUNDS:-3}
 TPUT=${SLUICE_BENCH_TPUT:-10s}
 CONC=${SLUICE_BENCH_CONCURRENCY:-16}
 CAP=64 # sluice's --memcached-max-conns
-DOC=docs/BENCHMARKS.md
+DOC=docs/benchmarks.md
 BIN=$OUT/bin
 DATA=$OUT/data
 URIS=$DATA/uris.txt

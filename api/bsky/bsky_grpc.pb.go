@@ -6,7 +6,7 @@
 //
 // Only the record reads of the form {repeated string uris} -> {repeated
 // Record records} are declared. sluice serves those it can answer from its
-// record store (see the README's "AppView drop-in" section); the declared
+// record store (see docs/appview.md); the declared
 // ones it does not serve, and every bsky.Service method not declared here,
 // answer UNIMPLEMENTED.
 

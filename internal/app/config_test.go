@@ -9,7 +9,7 @@ import (
 )
 
 // Tests that the shipped example config loads and validates, so the
-// README's reference cannot drift from the code.
+// reference in docs/configuration.md cannot drift from the code.
 func TestExampleConfigLoads(t *testing.T) {
 	cfg := DefaultConfig()
 	if err := cfg.LoadFile(filepath.Join("..", "..", "config", "sluice.example.yaml")); err != nil {

@@ -1,13 +1,13 @@
 // Binary sluice-bench runs the measurements of `make bench` that are not
 // open-loop load (those are sluice-load's) and writes each part of
-// docs/BENCHMARKS.md as a Markdown fragment:
+// docs/benchmarks.md as a Markdown fragment:
 //
 //	sluice-bench cachehit  --target ADDR --memcached ADDR --uris FILE --md OUT   cache-hit path vs raw GetMulti
 //	sluice-bench coldpath  --target ADDR --metrics URL --uris FILE --out JSON    every read a cache miss
 //	sluice-bench storeread --data-dir DIR --uris FILE --sluice JSON --md OUT     the store read directly, and the ratio
 //	sluice-bench incident  --sluice A --sluice-nobulk B --naive C --naive-nobulk D --md OUT
 //
-// scripts/bench.sh drives it; see docs/BENCHMARKS.md for the commands.
+// scripts/bench.sh drives it; see docs/benchmarks.md for the commands.
 package main
 
 import (

@@ -3,7 +3,7 @@
 // dials, cache errors, and sockets in TIME_WAIT toward memcached.
 //
 // Figures come from the server's Prometheus /metrics (names as in the
-// README's "Metrics" section), with two local fallbacks for what the
+// "Metrics" section of docs/operations.md), with two local fallbacks for what the
 // metrics may not carry:
 //
 //   - TIME_WAIT: sluice_memcached_sockets{server,state="TIME_WAIT"} when
