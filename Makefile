@@ -10,7 +10,7 @@ TEST_FLAGS ?= -race -count=1 -timeout 15m
 FUZZ_BRIEF ?= 30000x
 FUZZTIME ?= 1000000x
 
-.PHONY: help run build test test-timing test-faults unit generate fuzz vet deps-up deps-down clean appview-test compose-check bench load-build
+.PHONY: cluster-up cluster-down help run build test test-timing test-faults unit generate fuzz vet deps-up deps-down clean appview-test compose-check bench load-build
 
 help: ## list targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -46,6 +46,12 @@ test-faults: ## fault scenarios again with 10x longer phases (a few minutes; CI 
 
 fuzz: ## run each fuzz target for FUZZTIME executions (default 1000000x, a few minutes)
 	scripts/fuzz.sh $(FUZZTIME)
+
+cluster-up: ## start a three-node Cassandra cluster on 127.0.0.11-13 (CLUSTER_NODES=3) and print its environment
+	scripts/cassandra-cluster.sh up $(or $(CLUSTER_NODES),3)
+
+cluster-down: ## stop that cluster
+	scripts/cassandra-cluster.sh down
 
 deps-up: ## start the servers tests use and print their environment
 	scripts/test-deps.sh up

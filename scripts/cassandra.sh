@@ -11,6 +11,10 @@
 #   scripts/cassandra.sh status  say whether CQL answers on the port
 #
 # A Cassandra already answering on the port is reused, not restarted.
+# scripts/cassandra-cluster.sh runs this script once per node of a
+# multi-node cluster, with the CASSANDRA_NODE_* variables below set:
+# the node's address, run directory, seeds, heap, token and whether its
+# data survives a restart.
 # Progress goes to stderr; stdout stays clean for `eval`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,6 +28,22 @@ PORT=${SLUICE_TEST_CASSANDRA_PORT:-9042}
 STORAGE_PORT=${SLUICE_TEST_CASSANDRA_STORAGE_PORT:-7000}
 START_TIMEOUT=${CASSANDRA_START_TIMEOUT:-180}
 PIDFILE="$CH/cassandra.pid"
+ADDR=127.0.0.1
+SEEDS="127.0.0.1:$STORAGE_PORT"
+HEAP=1g
+CLUSTER_NAME="sluice test"
+INITIAL_TOKEN=
+KEEP_DATA=
+if [[ -n ${CASSANDRA_NODE_ADDR:-} ]]; then
+  ADDR=$CASSANDRA_NODE_ADDR
+  RUN=${CASSANDRA_NODE_RUN:?CASSANDRA_NODE_RUN names the run directory of the node}
+  PIDFILE="$RUN/cassandra.pid"
+  SEEDS=${CASSANDRA_NODE_SEEDS:?CASSANDRA_NODE_SEEDS lists the seed addresses}
+  HEAP=${CASSANDRA_NODE_HEAP:-768m}
+  CLUSTER_NAME=${CASSANDRA_NODE_CLUSTER:-sluice cluster}
+  INITIAL_TOKEN=${CASSANDRA_NODE_TOKEN:-}
+  KEEP_DATA=${CASSANDRA_NODE_KEEP_DATA:-}
+fi
 
 log() { echo "cassandra: $*" >&2; }
 
@@ -85,20 +105,22 @@ POM
 write_conf() {
   mkdir -p "$RUN/conf" "$RUN/logs"
   cat >"$RUN/conf/cassandra.yaml" <<YAML
-# A throwaway single node for tests: no auth, no snapshots, fast sync.
-cluster_name: 'sluice test'
+# A throwaway node for tests: no auth, no snapshots, fast sync.
+cluster_name: '$CLUSTER_NAME'
 num_tokens: 1
+${INITIAL_TOKEN:+initial_token: $INITIAL_TOKEN}
+auto_bootstrap: false
 partitioner: org.apache.cassandra.dht.Murmur3Partitioner
 endpoint_snitch: SimpleSnitch
-listen_address: 127.0.0.1
-rpc_address: 127.0.0.1
+listen_address: $ADDR
+rpc_address: $ADDR
 storage_port: $STORAGE_PORT
 native_transport_port: $PORT
 start_native_transport: true
 seed_provider:
   - class_name: org.apache.cassandra.locator.SimpleSeedProvider
     parameters:
-      - seeds: "127.0.0.1:$STORAGE_PORT"
+      - seeds: "$SEEDS"
 cdc_enabled: false
 commitlog_sync: periodic
 commitlog_sync_period: 10s
@@ -123,8 +145,8 @@ XML
 
 # jvm_flags prints the JDK 17 flags of Cassandra's jvm17-server.options.
 jvm_flags() {
-  cat <<'FLAGS'
--Xms1g -Xmx1g -Xss256k
+  cat <<FLAGS
+-Xms$HEAP -Xmx$HEAP -Xss256k
 -XX:+UseG1GC -XX:+ParallelRefProcEnabled -XX:MaxGCPauseMillis=300
 -XX:+UseThreadPriorities -XX:+PerfDisableSharedMem -XX:+ExitOnOutOfMemoryError
 -ea -da:net.openhft...
@@ -160,7 +182,7 @@ jvm_flags() {
 FLAGS
 }
 
-port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; }
+port_open() { (exec 3<>"/dev/tcp/$ADDR/$PORT") 2>/dev/null; }
 
 # cql_ready asks the node for its version over CQL with the project's own
 # probe (a few lines of gocql), so no cqlsh or Python is needed.
@@ -171,25 +193,25 @@ cql_ready() {
 
 probe() {
   [[ -x $CH/cqlprobe ]] || go build -o "$CH/cqlprobe" ./scripts/cqlprobe
-  "$CH/cqlprobe" "127.0.0.1:$PORT"
+  "$CH/cqlprobe" "$ADDR:$PORT"
 }
 
 up() {
   if cql_ready; then
-    log "reusing the Cassandra already answering CQL on 127.0.0.1:$PORT"
+    log "reusing the Cassandra already answering CQL on $ADDR:$PORT"
     return
   fi
   if port_open; then
-    log "something listens on 127.0.0.1:$PORT but does not answer CQL yet; waiting for it"
+    log "something listens on $ADDR:$PORT but does not answer CQL yet; waiting for it"
     wait_ready ""; return
   fi
   fetch
   local jh; jh=$(java17)
   write_conf
-  rm -rf "$RUN/data"
+  [[ -n $KEEP_DATA ]] || rm -rf "$RUN/data"
   mkdir -p "$RUN/data" "$RUN/tmp"
   local jamm; jamm=$(ls "$LIB"/jamm-*.jar | head -1)
-  log "starting Cassandra $VERSION on 127.0.0.1:$PORT ($jh, 1 GB heap; log ${RUN#"$ROOT"/}/logs/stdout.log)"
+  log "starting Cassandra $VERSION on $ADDR:$PORT ($jh, $HEAP heap; log ${RUN#"$ROOT"/}/logs/stdout.log)"
   # shellcheck disable=SC2046
   nohup "$jh/bin/java" $(jvm_flags) -javaagent:"$jamm" \
     -Dcassandra.config="file://$RUN/conf/cassandra.yaml" \
@@ -211,7 +233,7 @@ wait_ready() {
   local pid=$1 start=$SECONDS last=-10
   while ((SECONDS - start < START_TIMEOUT)); do
     if cql_ready; then
-      log "Cassandra answers CQL on 127.0.0.1:$PORT after $((SECONDS - start))s ($(probe))"
+      log "Cassandra answers CQL on $ADDR:$PORT after $((SECONDS - start))s ($(probe))"
       return
     fi
     if [[ -n $pid ]] && ! kill -0 "$pid" 2>/dev/null; then
@@ -221,7 +243,7 @@ wait_ready() {
     fi
     if ((SECONDS - last >= 10)); then
       last=$SECONDS
-      log "waiting for CQL on 127.0.0.1:$PORT ($((SECONDS - start))s of ${START_TIMEOUT}s)"
+      log "waiting for CQL on $ADDR:$PORT ($((SECONDS - start))s of ${START_TIMEOUT}s)"
     fi
     sleep 1
   done
@@ -246,6 +268,6 @@ case "${1:-}" in
   fetch)  fetch ;;
   up)     up ;;
   down)   down ;;
-  status) if cql_ready; then log "answering on 127.0.0.1:$PORT"; else log "not answering on 127.0.0.1:$PORT"; exit 1; fi ;;
+  status) if cql_ready; then log "answering on $ADDR:$PORT"; else log "not answering on $ADDR:$PORT"; exit 1; fi ;;
   *)      echo "usage: $0 fetch|up|down|status" >&2; exit 2 ;;
 esac

@@ -208,11 +208,11 @@ func (c Config) hostPolicy() gocql.HostSelectionPolicy {
 	return gocql.TokenAwareHostPolicy(gocql.DCAwareRoundRobinPolicy(c.DC), gocql.ShuffleReplicas())
 }
 
-func (c Config) cluster(cl gocql.Consistency) *gocql.ClusterConfig {
+func (c Config) cluster(cl gocql.Consistency, hosts *hostTracker) *gocql.ClusterConfig {
 	cc := gocql.NewCluster(c.Hosts...)
 	cc.Keyspace = c.Keyspace
 	cc.Consistency = cl
-	cc.PoolConfig.HostSelectionPolicy = c.hostPolicy()
+	cc.PoolConfig.HostSelectionPolicy = watchedPolicy{HostSelectionPolicy: c.hostPolicy(), t: hosts}
 	cc.Timeout = c.Timeout
 	cc.ConnectTimeout = c.ConnectTimeout
 	cc.NumConns = c.NumConns
@@ -220,7 +220,7 @@ func (c Config) cluster(cl gocql.Consistency) *gocql.ClusterConfig {
 	if t, _ := c.addressTranslator(); t != nil {
 		cc.AddressTranslator = t
 	}
-	cc.QueryObserver = c.QueryObserver
+	cc.QueryObserver = observer{t: hosts, next: c.QueryObserver}
 	cc.Logger = newDriverLogger(c.Log)
 	// No retries by default: only idempotent statements get the policy.
 	cc.RetryPolicy = nil

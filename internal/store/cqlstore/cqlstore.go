@@ -71,6 +71,7 @@ type Store struct {
 	inflight atomic.Int64
 	waits    atomic.Int64
 	retry    gocql.RetryPolicy
+	hosts    hostTracker
 }
 
 var _ store.Store = (*Store)(nil)
@@ -100,7 +101,7 @@ func open(ctx context.Context, cfg Config) (*Store, error) {
 		slots: semaphore.NewWeighted(int64(cfg.MaxInflight)),
 		retry: &gocql.ExponentialBackoffRetryPolicy{NumRetries: cfg.Retries, Min: 10 * time.Millisecond, Max: 200 * time.Millisecond},
 	}
-	s.healer.open = func() (*sessionPair, error) { return openSessions(cfg, rc, wc) }
+	s.healer.open = func() (*sessionPair, error) { return openSessions(cfg, rc, wc, &s.hosts) }
 	pair, err := s.healer.open()
 	if err != nil {
 		return nil, err
@@ -117,12 +118,12 @@ func open(ctx context.Context, cfg Config) (*Store, error) {
 type sessionPair struct{ read, write *gocql.Session }
 
 // openSessions connects a read session at rc and a write session at wc.
-func openSessions(cfg Config, rc, wc gocql.Consistency) (*sessionPair, error) {
-	read, err := openSession(cfg, rc)
+func openSessions(cfg Config, rc, wc gocql.Consistency, hosts *hostTracker) (*sessionPair, error) {
+	read, err := openSession(cfg, rc, hosts)
 	if err != nil {
 		return nil, err
 	}
-	write, err := openSession(cfg, wc)
+	write, err := openSession(cfg, wc, hosts)
 	if err != nil {
 		read.Close()
 		return nil, err
@@ -139,8 +140,8 @@ func (s *Store) read() *gocql.Session  { return s.sessions.Load().read }
 func (s *Store) write() *gocql.Session { return s.sessions.Load().write }
 
 // openSession connects one session at consistency cl.
-func openSession(cfg Config, cl gocql.Consistency) (*gocql.Session, error) {
-	s, err := cfg.cluster(cl).CreateSession()
+func openSession(cfg Config, cl gocql.Consistency, hosts *hostTracker) (*gocql.Session, error) {
+	s, err := cfg.cluster(cl, hosts).CreateSession()
 	if err != nil {
 		hint := ""
 		if cfg.Keyspace != "" {
@@ -339,15 +340,16 @@ func (s *Store) acquire(ctx context.Context) (release func(), err error) {
 
 // Stats is a snapshot of the store's query slots and sessions.
 type Stats struct {
-	InFlight    int64 // queries holding a slot now
-	MaxInflight int   // the slot limit
-	Waits       int64 // queries that had to wait for a slot, ever
-	Reopened    int64 // times the sessions were replaced for want of a connection
+	InFlight    int64       // queries holding a slot now
+	MaxInflight int         // the slot limit
+	Waits       int64       // queries that had to wait for a slot, ever
+	Reopened    int64       // times the sessions were replaced for want of a connection
+	Hosts       []HostStats // every node the driver knows, by address
 }
 
 // Stats reports the query slots and session replacements now.
 func (s *Store) Stats() Stats {
-	return Stats{InFlight: s.inflight.Load(), MaxInflight: s.cfg.MaxInflight, Waits: s.waits.Load(), Reopened: s.healer.reopened.Load()}
+	return Stats{InFlight: s.inflight.Load(), MaxInflight: s.cfg.MaxInflight, Waits: s.waits.Load(), Reopened: s.healer.reopened.Load(), Hosts: s.hosts.snapshot()}
 }
 
 // Close closes both sessions.

@@ -168,7 +168,7 @@ func migrate(ctx context.Context, cfg Config, r Replication, logf func(string, .
 		return res, err
 	}
 	res.KeyspaceCreated = created
-	s, err := openSession(cfg, gocql.Quorum)
+	s, err := openSession(cfg, gocql.Quorum, &hostTracker{})
 	if err != nil {
 		return res, err
 	}
@@ -201,7 +201,7 @@ func migrate(ctx context.Context, cfg Config, r Replication, logf func(string, .
 func ensureKeyspace(ctx context.Context, cfg Config, r Replication, logf func(string, ...any)) (bool, error) {
 	sysCfg := cfg
 	sysCfg.Keyspace = ""
-	s, err := openSession(sysCfg, gocql.Quorum)
+	s, err := openSession(sysCfg, gocql.Quorum, &hostTracker{})
 	if err != nil {
 		return false, err
 	}
