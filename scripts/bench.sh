@@ -10,7 +10,11 @@
 # Environment: SLUICE_BENCH_POSTS (50000), SLUICE_BENCH_RUN (incident run
 # length, 40s), SLUICE_BENCH_ROUNDS (incident pairs against sluice, 3),
 # SLUICE_BENCH_TPUT (closed-loop length per path, 10s),
-# SLUICE_BENCH_CONCURRENCY (16), SLUICE_BENCH_DIR (.bench).
+# SLUICE_BENCH_CONCURRENCY (16), SLUICE_BENCH_PEER_LEG (one server, one
+# round of one peer case, 6s), SLUICE_BENCH_PEER_ROUNDS (2),
+# SLUICE_BENCH_ZIPF_S (1.1), SLUICE_BENCH_DIR (.bench).
+# SLUICE_BENCH_PARTS ("cachehit incident coldpath peer") runs only the
+# parts it names and then writes $OUT/BENCHMARKS.md instead of the doc.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${SLUICE_BENCH_DIR:-.bench}
@@ -19,6 +23,9 @@ RUN=${SLUICE_BENCH_RUN:-40s}
 ROUNDS=${SLUICE_BENCH_ROUNDS:-3}
 TPUT=${SLUICE_BENCH_TPUT:-10s}
 CONC=${SLUICE_BENCH_CONCURRENCY:-16}
+PEER_LEG=${SLUICE_BENCH_PEER_LEG:-6s}
+PEER_ROUNDS=${SLUICE_BENCH_PEER_ROUNDS:-2}
+ZIPF_S=${SLUICE_BENCH_ZIPF_S:-1.1}
 CAP=64 # sluice's --memcached-max-conns
 DOC=docs/benchmarks.md
 BIN=$OUT/bin
@@ -82,7 +89,7 @@ start_naive() {
 part_setup() {
   scripts/apt-install.sh memcached
   rm -rf "$OUT"; mkdir -p "$OUT/md" "$BIN" "$DATA"
-  go build -o "$BIN/" ./cmd/sluice ./cmd/sluice-load ./bench/cmd/sluice-bench ./bench/naive/cmd/sluice-naive
+  go build -o "$BIN/" ./cmd/sluice ./cmd/sluice-load ./bench/cmd/sluice-bench ./bench/naive/cmd/sluice-naive ./bench/peer/cmd/sluice-peer
   run_logged 00-setup "$BIN/sluice" seed --data-dir "$DATA" --posts "$POSTS" --uris-out "$URIS"
 }
 
@@ -145,6 +152,22 @@ part_coldpath() {
     --fanout 50 --duration 120s --sluice "$OUT/coldpath.json" --md "$OUT/md/$p.md"
 }
 
+# part_peer: sluice and the bare peer on one warm memcached, the same
+# client alternating between them.
+part_peer() {
+  local p=40-peer mc=$((BASE_PORT + 13)) g=$((BASE_PORT + 53)) h=$((BASE_PORT + 82)) pg=$((BASE_PORT + 54))
+  start_memcached $p $mc; local mcpid=$MC_PID
+  start_sluice $p $mc $g $h; local slpid=$SRV_PID
+  echo "$BIN/sluice-peer --memcached 127.0.0.1:$mc --grpc-addr 127.0.0.1:$pg --max-idle $CAP &" >>"$OUT/md/$p.cmds"
+  "$BIN/sluice-peer" --memcached "127.0.0.1:$mc" --grpc-addr "127.0.0.1:$pg" --max-idle "$CAP" 2>>"$OUT/peer.log" &
+  local pepid=$!; PIDS+=("$pepid")
+  wait_port $pg
+  run_logged $p "$BIN/sluice-bench" peer --sluice 127.0.0.1:$g --peer 127.0.0.1:$pg --memcached 127.0.0.1:$mc --uris "$URIS" \
+    --sluice-pid "$slpid" --peer-pid "$pepid" --memcached-pid "$mcpid" --concurrency "$CONC" \
+    --duration "$PEER_LEG" --rounds "$PEER_ROUNDS" --zipf-s "$ZIPF_S" --cases "${SLUICE_BENCH_PEER_CASES:-1,50,1000,single,zipf1,zipf50}" --md "$OUT/md/$p.md"
+  stop_pid "$pepid"; stop_pid "$slpid"; stop_pid "$mcpid"
+}
+
 assemble() {
   local f part
   {
@@ -180,10 +203,10 @@ assemble() {
 
 started=$(date +%s)
 LOADAVG_START=$(cut -d' ' -f1-3 /proc/loadavg)
+PARTS=${SLUICE_BENCH_PARTS:-cachehit incident coldpath peer}
+[[ -n ${SLUICE_BENCH_PARTS:-} ]] && DOC=$OUT/BENCHMARKS.md
 part_setup
-part_cachehit
-part_incident
-part_coldpath
+for part in $PARTS; do "part_$part"; done
 # one more part: add its function above and a line here
 assemble
 log "done in $(( $(date +%s) - started ))s"

@@ -12,6 +12,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -40,12 +42,27 @@ type Result struct {
 }
 
 // Batches hands out batches of URIs to workers: in order, each URI once
-// (once=true, stopping when the list is exhausted), or round and round.
+// (once=true, stopping when the list is exhausted), round and round, or
+// drawn from a zipf distribution over the list (NewZipfBatches).
 type Batches struct {
 	uris  []string
 	size  int
 	once  bool
 	count atomic.Int64
+
+	mu   sync.Mutex
+	zipf *rand.Zipf // nil unless skewed
+}
+
+// NewZipfBatches returns batches of size URIs each drawn independently
+// with P(rank k) ∝ 1/(1+k)^s (s > 1) over uris, in their order: the first
+// URI is the hottest. The same seed gives the same sequence.
+func NewZipfBatches(uris []string, size int, s float64, seed uint64) (*Batches, error) {
+	if s <= 1 {
+		return nil, fmt.Errorf("throughput: zipf s is %v; it must be above 1", s)
+	}
+	r := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+	return &Batches{uris: uris, size: size, zipf: rand.NewZipf(r, s, 1, uint64(len(uris)-1))}, nil
 }
 
 // NewBatches returns batches of size over uris.
@@ -55,6 +72,9 @@ func NewBatches(uris []string, size int, once bool) *Batches {
 
 // Next returns the next batch, or nil when once and exhausted.
 func (b *Batches) Next() []string {
+	if b.zipf != nil {
+		return b.nextZipf()
+	}
 	i := int(b.count.Add(1) - 1)
 	from := i * b.size
 	if b.once {
@@ -65,6 +85,16 @@ func (b *Batches) Next() []string {
 	}
 	from %= len(b.uris) - b.size + 1
 	return b.uris[from : from+b.size]
+}
+
+func (b *Batches) nextZipf() []string {
+	out := make([]string, b.size)
+	b.mu.Lock()
+	for i := range out {
+		out[i] = b.uris[b.zipf.Uint64()]
+	}
+	b.mu.Unlock()
+	return out
 }
 
 // op reads one batch and returns how many items were found.
@@ -97,7 +127,7 @@ func loop(ctx context.Context, name string, concurrency, size int, duration time
 					firstErr.CompareAndSwap(nil, err.Error())
 					continue
 				}
-				items.Add(int64(len(batch)))
+				items.Add(int64(min(len(batch), size)))
 				found.Add(int64(n))
 			}
 			return nil
@@ -135,6 +165,28 @@ func GRPC(ctx context.Context, name, target string, concurrency, size int, durat
 			}
 		}
 		return n, nil
+	}), nil
+}
+
+// GRPCSingle measures GetPostRecord at target: one URI per request, the
+// first of each batch b hands out.
+func GRPCSingle(ctx context.Context, name, target string, concurrency int, duration time.Duration, b *Batches) (Result, error) {
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return Result{}, fmt.Errorf("throughput: connect to %s: %w", target, err)
+	}
+	defer conn.Close()
+	client := sluicev1.NewPostRecordsClient(conn)
+	ctx = metadata.AppendToOutgoingContext(ctx, "x-client-id", "bench")
+	return loop(ctx, name, concurrency, 1, duration, b, func(ctx context.Context, batch []string) (int, error) {
+		r, err := client.GetPostRecord(ctx, &sluicev1.GetPostRecordRequest{Uri: batch[0]})
+		if err != nil {
+			return 0, err
+		}
+		if r.GetFound() {
+			return 1, nil
+		}
+		return 0, nil
 	}), nil
 }
 

@@ -48,8 +48,15 @@ var goAllowed = []string{
 	"internal/testenv",
 }
 
-// registrationDir is the one package allowed to register gRPC services.
+// registrationDir is the one package of sluice allowed to register gRPC
+// services.
 const registrationDir = "internal/guard"
+
+// peerDir is the benchmarks' bare peer: the server a team would write
+// without sluice, unguarded on purpose so that `make bench` can compare
+// sluice with it. Nothing under cmd/ or internal/ imports it
+// (TestNothingServesThePeer).
+const peerDir = "bench/peer"
 
 const (
 	errgroupPath   = "golang.org/x/sync/errgroup"
@@ -98,7 +105,7 @@ func goStrict(dir string) bool {
 }
 
 // mayRegister reports whether the package in dir may register services.
-func mayRegister(dir string) bool { return dir == registrationDir }
+func mayRegister(dir string) bool { return dir == registrationDir || dir == peerDir }
 
 // importNames returns the names under which f imports importPath; "." is
 // included for a dot import.
@@ -639,5 +646,31 @@ func TestGoStatementScope(t *testing.T) {
 		if got := mayRegister(dir); got != may {
 			t.Errorf("mayRegister(%q) = %v, want %v", dir, got, may)
 		}
+	}
+}
+
+// Tests that the unguarded bare peer, which rule a lets register a
+// service, is reachable only from the benchmarks: no package under cmd/,
+// internal/ or pkg/ imports it.
+func TestNothingServesThePeer(t *testing.T) {
+	const peerPath = "github.com/sluice-dev/sluice/" + peerDir
+	files := loadModule(t)
+	sawPeer := false
+	for _, sf := range files {
+		if sf.dir == peerDir {
+			sawPeer = true
+		}
+		top, _, _ := strings.Cut(sf.dir, "/")
+		if top != "cmd" && top != "internal" && top != "pkg" {
+			continue
+		}
+		for _, imp := range sf.file.Imports {
+			if p, _ := strconv.Unquote(imp.Path.Value); p == peerPath || strings.HasPrefix(p, peerPath+"/") {
+				t.Errorf("%s imports %s; the bare peer is for benchmarks only", sf.fset.Position(imp.Pos()), p)
+			}
+		}
+	}
+	if !sawPeer {
+		t.Fatalf("the walk of %d files did not find %s", len(files), peerDir)
 	}
 }

@@ -6,6 +6,7 @@
 //	sluice-bench coldpath  --target ADDR --metrics URL --uris FILE --out JSON    every read a cache miss
 //	sluice-bench storeread --data-dir DIR --uris FILE --sluice JSON --md OUT     the store read directly, and the ratio
 //	sluice-bench incident  --sluice A --sluice-nobulk B --naive C --naive-nobulk D --md OUT
+//	sluice-bench peer      --sluice ADDR --peer ADDR --sluice-pid P --peer-pid P --memcached-pid P --uris FILE --md OUT
 //
 // scripts/bench.sh drives it; see docs/benchmarks.md for the commands.
 package main
@@ -43,7 +44,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: sluice-bench cachehit|coldpath|storeread|incident [flags]")
+		return errors.New("usage: sluice-bench cachehit|coldpath|storeread|incident|peer [flags]")
 	}
 	switch args[0] {
 	case "cachehit":
@@ -54,8 +55,10 @@ func run(ctx context.Context, args []string) error {
 		return storeRead(ctx, args[1:])
 	case "incident":
 		return incident(args[1:])
+	case "peer":
+		return peerBench(ctx, args[1:])
 	}
-	return fmt.Errorf("unknown part %q; use cachehit, coldpath, storeread or incident", args[0])
+	return fmt.Errorf("unknown part %q; use cachehit, coldpath, storeread, incident or peer", args[0])
 }
 
 // common are the flags every closed-loop part shares.

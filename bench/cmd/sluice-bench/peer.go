@@ -1,0 +1,257 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/sluice-dev/sluice/bench/cputime"
+	"github.com/sluice-dev/sluice/bench/throughput"
+	"github.com/sluice-dev/sluice/internal/cache"
+	"github.com/sluice-dev/sluice/internal/loadgen"
+	"github.com/sluice-dev/sluice/internal/loadgen/scenario"
+)
+
+// peerCase is one workload run against sluice and the bare peer.
+type peerCase struct {
+	name   string
+	batch  int
+	single bool    // GetPostRecord rather than GetPostRecords
+	zipf   float64 // 0: round-robin over the URIs
+}
+
+// parseCases reads --cases: "1", "50", "1000" (GetPostRecords of that
+// size), "single" (GetPostRecord) and "zipfN" (GetPostRecords of N URIs
+// drawn from a zipf distribution with exponent s).
+func parseCases(spec string, s float64) ([]peerCase, error) {
+	var out []peerCase
+	for _, f := range strings.Split(spec, ",") {
+		switch {
+		case f == "single":
+			out = append(out, peerCase{name: "GetPostRecord", batch: 1, single: true})
+		case strings.HasPrefix(f, "zipf"):
+			n, err := strconv.Atoi(strings.TrimPrefix(f, "zipf"))
+			if err != nil || n < 1 {
+				return nil, fmt.Errorf("case %q: want zipfN with N ≥ 1", f)
+			}
+			out = append(out, peerCase{name: fmt.Sprintf("zipf s=%.2g, batch %d", s, n), batch: n, zipf: s})
+		default:
+			n, err := strconv.Atoi(f)
+			if err != nil || n < 1 {
+				return nil, fmt.Errorf("case %q: want a batch size, single or zipfN", f)
+			}
+			out = append(out, peerCase{name: fmt.Sprintf("batch %d", n), batch: n})
+		}
+	}
+	return out, nil
+}
+
+// sideTotals adds up one server's rounds of one case.
+type sideTotals struct {
+	requests, items, found, errors int64
+	seconds                        float64
+	server, memcached, client      time.Duration
+	firstError                     string
+}
+
+func (t *sideTotals) add(r throughput.Result, cpu pathCPU) {
+	t.requests += r.Requests
+	t.items += r.Items
+	t.found += r.Found
+	t.errors += r.Errors
+	t.seconds += r.Seconds
+	t.client += cpu.procs[0]
+	t.server += cpu.procs[1]
+	t.memcached += cpu.procs[2]
+	if t.firstError == "" {
+		t.firstError = r.FirstError
+	}
+}
+
+func (t sideTotals) itemsPerSec() float64 { return float64(t.items) / max(t.seconds, 1e-9) }
+func (t sideTotals) reqPerSec() float64   { return float64(t.requests) / max(t.seconds, 1e-9) }
+func (t sideTotals) perReq(d time.Duration) float64 {
+	return float64(d.Nanoseconds()) / 1e3 / float64(max(t.requests, 1))
+}
+func (t sideTotals) perItem(d time.Duration) float64 {
+	return float64(d.Nanoseconds()) / 1e3 / float64(max(t.items, 1))
+}
+
+type peerOutcome struct {
+	c            peerCase
+	sluice, peer sideTotals
+}
+
+func peerBench(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("peer", flag.ContinueOnError)
+	uris := fs.String("uris", "", "URI file from sluice seed")
+	sluiceAddr := fs.String("sluice", "127.0.0.1:50051", "sluice gRPC address")
+	peerAddr := fs.String("peer", "127.0.0.1:50071", "bare peer gRPC address (same memcached)")
+	sluicePID := fs.Int("sluice-pid", 0, "sluice's pid")
+	peerPID := fs.Int("peer-pid", 0, "the peer's pid")
+	mcPID := fs.Int("memcached-pid", 0, "memcached's pid")
+	mcAddr := fs.String("memcached", "127.0.0.1:11211", "the memcached both servers read")
+	concurrency := fs.Int("concurrency", 16, "workers, each with one request in flight")
+	duration := fs.Duration("duration", 6*time.Second, "length of each leg (one server, one round)")
+	rounds := fs.Int("rounds", 2, "rounds per case; each round runs both servers, the order alternating")
+	cases := fs.String("cases", "1,50,1000,single,zipf1,zipf50", "workloads (see parseCases)")
+	zipfS := fs.Float64("zipf-s", 1.1, "zipf exponent of the zipf cases (> 1)")
+	md := fs.String("md", "", "Markdown fragment to write")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *sluicePID <= 0 || *peerPID <= 0 || *mcPID <= 0 {
+		return fmt.Errorf("--sluice-pid, --peer-pid and --memcached-pid are all required")
+	}
+	cs, err := parseCases(*cases, *zipfS)
+	if err != nil {
+		return err
+	}
+	list, err := scenario.ReadURIs(*uris)
+	if err != nil {
+		return err
+	}
+	if err := warmFully(ctx, *sluiceAddr, *mcAddr, list); err != nil {
+		return err
+	}
+	sides := []struct {
+		name, addr string
+		meter      *cputime.Meter
+	}{
+		{"sluice", *sluiceAddr, cputime.NewMeter(0, *sluicePID, *mcPID)},
+		{"peer", *peerAddr, cputime.NewMeter(0, *peerPID, *mcPID)},
+	}
+	var outcomes []peerOutcome
+	for _, c := range cs {
+		o := peerOutcome{c: c}
+		for r := range *rounds {
+			for k := range 2 {
+				side := sides[(r+k)%2]
+				fmt.Fprintf(os.Stderr, "peer: %s, round %d, %s\n", c.name, r+1, side.name)
+				res, cpu, err := peerLeg(ctx, side.addr, side.meter, c, list, *concurrency, *duration, uint64(r+1))
+				if err != nil {
+					return err
+				}
+				if side.name == "sluice" {
+					o.sluice.add(res, cpu)
+				} else {
+					o.peer.add(res, cpu)
+				}
+			}
+		}
+		outcomes = append(outcomes, o)
+	}
+	return writeMD(*md, func(w io.Writer) { peerReport(w, outcomes, *concurrency, *duration, *rounds) })
+}
+
+// warmFully reads every URI through sluice, then again each one that
+// memcached still lacks (a refill is best effort and gives up on a busy
+// machine), until memcached holds them all: the peer reads only
+// memcached, so a key missing there would be a not-found on one side only.
+func warmFully(ctx context.Context, target, mcAddr string, uris []string) error {
+	if err := loadgen.Warm(ctx, target, uris, 1000, 4, os.Stderr); err != nil {
+		return err
+	}
+	mc := memcache.New(mcAddr)
+	mc.Timeout = 5 * time.Second
+	defer mc.Close()
+	for range 10 {
+		var missing []string
+		for from := 0; from < len(uris); from += 100 {
+			chunk := uris[from:min(from+100, len(uris))]
+			keys := make([]string, len(chunk))
+			for i, u := range chunk {
+				keys[i] = cache.Key(u)
+			}
+			got, err := mc.GetMulti(keys)
+			if err != nil {
+				return fmt.Errorf("peer: check the warm cache: %w", err)
+			}
+			for i, k := range keys {
+				if _, ok := got[k]; !ok {
+					missing = append(missing, chunk[i])
+				}
+			}
+		}
+		fmt.Fprintf(os.Stderr, "peer: %d of %d URIs not in memcached after warm-up\n", len(missing), len(uris))
+		if len(missing) == 0 {
+			return nil
+		}
+		if err := loadgen.Warm(ctx, target, missing, 100, 2, nil); err != nil {
+			return err
+		}
+	}
+	return fmt.Errorf("peer: memcached still lacks some URIs after 10 warm-ups")
+}
+
+// peerLeg runs one case against one server and returns its result and
+// the CPU each process used meanwhile.
+func peerLeg(ctx context.Context, addr string, meter *cputime.Meter, c peerCase, uris []string, conc int, d time.Duration, seed uint64) (throughput.Result, pathCPU, error) {
+	b := throughput.NewBatches(uris, c.batch, false)
+	if c.zipf > 0 {
+		var err error
+		if b, err = throughput.NewZipfBatches(uris, c.batch, c.zipf, seed); err != nil {
+			return throughput.Result{}, pathCPU{}, err
+		}
+	}
+	var res throughput.Result
+	cpu, err := measureCPU(meter, func() (err error) {
+		if c.single {
+			res, err = throughput.GRPCSingle(ctx, c.name, addr, conc, d, b)
+		} else {
+			res, err = throughput.GRPC(ctx, c.name, addr, conc, c.batch, d, b)
+		}
+		return err
+	})
+	return res, cpu, err
+}
+
+func peerReport(w io.Writer, outs []peerOutcome, conc int, d time.Duration, rounds int) {
+	fmt.Fprintf(w, "## 4. sluice beside the bare peer\n\n")
+	fmt.Fprintf(w, "The bare peer (`bench/peer`) is the server a team would write without sluice: grpc-go and gomemcache, GetMulti in chunks of %d under an errgroup, cached bytes copied straight into the response, no guard, no metrics. Both servers read the same warm memcached; the same client (%d closed-loop workers) ran each case for %v per leg, %d rounds, the servers alternating (the order swapped each round), and the figures add up every round. CPU is user + system time from `/proc/PID/stat`, divided by requests or items served.\n\n", 100, conc, d, rounds)
+	fmt.Fprintln(w, "| case | sluice items/s | peer items/s | **items/s ratio** | sluice req/s | peer req/s | **req/s ratio** | sluice CPU µs/req | peer CPU µs/req | **CPU/req ratio** | sluice µs/item | peer µs/item | memcached µs/item, sluice / peer | errors / not found, sluice / peer |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	for _, o := range outs {
+		s, p := o.sluice, o.peer
+		fmt.Fprintf(w, "| %s | %.0f | %.0f | **%.2f** | %.0f | %.0f | **%.2f** | %.1f | %.1f | **%.2f** | %.2f | %.2f | %.2f / %.2f | %d, %d / %d, %d |\n",
+			o.c.name, s.itemsPerSec(), p.itemsPerSec(), s.itemsPerSec()/p.itemsPerSec(),
+			s.reqPerSec(), p.reqPerSec(), s.reqPerSec()/p.reqPerSec(),
+			s.perReq(s.server), p.perReq(p.server), s.perReq(s.server)/p.perReq(p.server),
+			s.perItem(s.server), p.perItem(p.server), s.perItem(s.memcached), p.perItem(p.memcached),
+			s.errors, s.items-s.found, p.errors, p.items-p.found)
+	}
+	for _, o := range outs {
+		for _, side := range []struct {
+			n string
+			t sideTotals
+		}{{"sluice", o.sluice}, {"peer", o.peer}} {
+			if side.t.firstError != "" {
+				fmt.Fprintf(w, "\nFirst error of %s, %s: `%s`\n", side.n, o.c.name, side.t.firstError)
+			}
+		}
+	}
+	fmt.Fprintf(w, "\nTargets:\n\n")
+	for _, o := range outs {
+		s, p := o.sluice, o.peer
+		cpu := s.perReq(s.server) / p.perReq(p.server)
+		switch {
+		case o.c.zipf > 0:
+			r := s.itemsPerSec() / p.itemsPerSec()
+			fmt.Fprintf(w, "- %s: items/s ratio %.2f (target ≥ 1.5: %s); memcached CPU per item %.2f µs through sluice against %.2f µs through the peer\n", o.c.name, r, verdict(r >= 1.5), s.perItem(s.memcached), p.perItem(p.memcached))
+		case o.c.batch == 50:
+			r := s.itemsPerSec() / p.itemsPerSec()
+			fmt.Fprintf(w, "- %s: items/s ratio %.2f (target ≥ 1.0: %s); server CPU per request ratio %.2f (target ≤ 1.15: %s)\n", o.c.name, r, verdict(r >= 1.0), cpu, verdict(cpu <= 1.15))
+		case o.c.batch == 1:
+			r := s.reqPerSec() / p.reqPerSec()
+			fmt.Fprintf(w, "- %s: requests/s ratio %.2f (target ≥ 0.9: %s); server CPU per request ratio %.2f (target ≤ 1.15: %s)\n", o.c.name, r, verdict(r >= 0.9), cpu, verdict(cpu <= 1.15))
+		default:
+			fmt.Fprintf(w, "- %s: items/s ratio %.2f; server CPU per request ratio %.2f (target ≤ 1.15: %s)\n", o.c.name, s.itemsPerSec()/p.itemsPerSec(), cpu, verdict(cpu <= 1.15))
+		}
+	}
+}
