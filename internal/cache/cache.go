@@ -208,7 +208,7 @@ func (c *Cache) each(ctx context.Context, items []*memcache.Item, op func(*memca
 		errs[i] = errNotAttempted
 	}
 	_ = fanout.Each(ctx, len(items), func(ctx context.Context, i int) error {
-		s := c.servers[pick(c.seeds, items[i].Key)]
+		s := c.owner(items[i].Key)
 		errs[i] = s.do(ctx, func(mc *memcache.Client) error { return op(mc, items[i]) })
 		return nil
 	})
@@ -217,12 +217,23 @@ func (c *Cache) each(ctx context.Context, items []*memcache.Item, op func(*memca
 		if err != nil && !isSuccessful(err) {
 			failed++
 			if first == nil {
-				first = fmt.Errorf("key %s on %s: %w", items[i].Key, c.servers[pick(c.seeds, items[i].Key)].addr, err)
+				first = fmt.Errorf("key %s: %w", items[i].Key, err)
 			}
 		}
 	}
 	return failed, first
 }
+
+// ownerIndex is the index of the server that holds key now: its
+// rendezvous owner, or while that server's breaker is open the next
+// server in the key's rendezvous order whose breaker is not. Keys of a
+// server that is out thus refill on the others (about 1/n of all keys move),
+// and go back to it once its breaker lets a probe through.
+func (c *Cache) ownerIndex(key string) int {
+	return pickLive(c.seeds, key, func(i int) bool { return !c.servers[i].isOpen() })
+}
+
+func (c *Cache) owner(key string) *server { return c.servers[c.ownerIndex(key)] }
 
 // encode builds the item Fill adds for one entry.
 func (c *Cache) encode(uri string, e Entry) *memcache.Item {
@@ -253,7 +264,7 @@ type chunk struct {
 func (c *Cache) chunks(byKey map[string]string) []chunk {
 	groups := make([][]string, len(c.servers))
 	for key := range byKey {
-		i := pick(c.seeds, key)
+		i := c.ownerIndex(key)
 		groups[i] = append(groups[i], key)
 	}
 	var out []chunk

@@ -39,6 +39,27 @@ func pick(seeds []uint64, key string) int {
 	return best
 }
 
+// pickLive is pick among the servers live reports true for: a key whose
+// server is out goes to its next-highest scorer, and returns to its own
+// server when that is back, so only the out server's keys move. With no
+// live server it is pick.
+func pickLive(seeds []uint64, key string, live func(i int) bool) int {
+	if len(seeds) == 1 {
+		return 0
+	}
+	kh := fnv64a(key)
+	best, bestScore, found := pick(seeds, key), uint64(0), false
+	for i, seed := range seeds {
+		if !live(i) {
+			continue
+		}
+		if score := mix64(seed ^ kh); !found || score > bestScore {
+			best, bestScore, found = i, score, true
+		}
+	}
+	return best
+}
+
 // seedsFor hashes each server address for pick.
 func seedsFor(servers []string) []uint64 {
 	seeds := make([]uint64, len(servers))

@@ -101,3 +101,36 @@ func TestRendezvousRemapsAFifth(t *testing.T) {
 		}
 	}
 }
+
+// Tests that while one of three servers is out, only its keys move, that
+// they spread over both others, and that with every server out a key
+// stays on its own server.
+func TestRendezvousMovesOnlyTheOutServersKeys(t *testing.T) {
+	seeds := seedsFor([]string{"10.0.0.1:11211", "10.0.0.2:11211", "10.0.0.3:11211"})
+	const out, n = 1, 9000
+	live := func(i int) bool { return i != out }
+	none := func(int) bool { return false }
+	moved := make([]int, len(seeds))
+	for i := range n {
+		key := Key(fmt.Sprintf("at://did:plc:u%d/app.bsky.feed.post/%d", i%89, i))
+		home, now := pick(seeds, key), pickLive(seeds, key, live)
+		switch {
+		case home != out && now != home:
+			t.Fatalf("key %s on live server %d moved to %d", key, home, now)
+		case home == out && now == out:
+			t.Fatalf("key %s stayed on the out server", key)
+		case home == out:
+			moved[now]++
+		}
+		if got := pickLive(seeds, key, none); got != home {
+			t.Fatalf("with every server out, key %s went to %d, want its own %d", key, got, home)
+		}
+	}
+	total := moved[0] + moved[2]
+	if frac := float64(total) / n; frac < 0.28 || frac > 0.39 {
+		t.Errorf("%.3f of keys moved, want about a third", frac)
+	}
+	if lo := min(moved[0], moved[2]); float64(lo) < 0.4*float64(total) {
+		t.Errorf("moved keys split %d / %d between the live servers, want about even", moved[0], moved[2])
+	}
+}

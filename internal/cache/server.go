@@ -91,6 +91,10 @@ func (s *server) do(ctx context.Context, op func(*memcache.Client) error) error 
 	return s.count(err)
 }
 
+// isOpen reports whether the server's breaker is open: calls to it are
+// skipped until the cool-down ends.
+func (s *server) isOpen() bool { return s.breaker.State() == gobreaker.StateOpen }
+
 // count updates the counters for the outcome of one call.
 func (s *server) count(err error) error {
 	switch {
