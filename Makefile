@@ -10,7 +10,17 @@ TEST_FLAGS ?= -race -count=1 -timeout 15m
 FUZZ_BRIEF ?= 30000x
 FUZZTIME ?= 1000000x
 
-.PHONY: cluster-up cluster-down help run build test test-timing test-faults unit generate fuzz vet deps-up deps-down clean appview-test compose-check bench load-build
+.PHONY: cluster-up cluster-down help run build test test-timing test-faults unit generate generate-check fuzz vet deps-up deps-down clean appview-test compose-check bench load-build
+
+# WITH_DEPS starts the real servers and exports the environment the tests
+# read. It fails the recipe when a server cannot be set up (the
+# environment goes through a file that is sourced only if the script
+# succeeded, so a failure never turns into an empty environment and
+# skipped tests), and sets SLUICE_REQUIRE_DEPS=1: a missing server fails
+# a test instead of skipping it, as in CI.
+WITH_DEPS = set -euo pipefail; mkdir -p .deps; \
+	scripts/test-deps.sh up >.deps/test-env.sh; \
+	source .deps/test-env.sh; export SLUICE_REQUIRE_DEPS=1;
 
 help: ## list targets
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
@@ -24,24 +34,30 @@ build: ## build bin/sluice
 generate: ## rebuild api/ from proto/ with pinned generators
 	scripts/generate.sh
 
+generate-check: generate ## make generate, then fail if api/ or test/appview/gen differ from the committed files (CI runs it)
+	@git diff --exit-code --stat -- api/ test/appview/gen || { echo "generate-check: generated code differs from proto/; run make generate and commit the result"; exit 1; }
+	@new=$$(git ls-files --others --exclude-standard -- api/ test/appview/gen); \
+	test -z "$$new" || { echo "generate-check: make generate wrote files that are not committed:"; echo "$$new"; exit 1; }
+
 vet: ## go vet, gofmt, staticcheck (pinned, installed into .tools/)
 	$(GO) vet ./...
 	"$$(scripts/tools.sh staticcheck)" ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 
 test: vet ## start real servers, run all tests and brief fuzzing
-	eval "$$(scripts/test-deps.sh up)" && \
-	$(GO) test $(TEST_FLAGS) ./... && \
-	$(MAKE) --no-print-directory test-timing && \
-	$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZ_BRIEF) && \
+	$(WITH_DEPS) \
+	$(GO) test $(TEST_FLAGS) ./...; \
+	$(TIMING_CMD); \
+	$(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZ_BRIEF); \
 	$(MAKE) --no-print-directory compose-check
 
 TIMING_TESTS ?= TestIncidentMix|TestOverloadShedsAndKeepsGoodput
+TIMING_CMD = $(GO) test -count=1 -timeout 10m -run '$(TIMING_TESTS)' ./internal/app/
 test-timing: ## the latency-ratio tests, without the race detector (make test runs them)
-	$(GO) test -count=1 -timeout 10m -run '$(TIMING_TESTS)' ./internal/app/
+	$(WITH_DEPS) $(TIMING_CMD)
 
 test-faults: ## fault scenarios again with 10x longer phases (a few minutes; CI runs it after test)
-	eval "$$(scripts/test-deps.sh up)" && \
+	$(WITH_DEPS) \
 	SLUICE_FAULTS_SOAK=1 $(GO) test $(TEST_FLAGS) -count=1 -v ./internal/faults/
 
 fuzz: ## run each fuzz target for FUZZTIME executions (default 1000000x, a few minutes)
@@ -63,7 +79,7 @@ clean: ## remove build outputs and local data
 	rm -rf bin .data test-artifacts
 
 appview-test: ## the AppView's client stack (Node.js, connect-es) against a seeded sluice
-	eval "$$(scripts/test-deps.sh up)" && $(GO) test -count=1 -v -run . ./test/appview/
+	$(WITH_DEPS) $(GO) test -count=1 -v -run . ./test/appview/
 
 compose-check: ## validate docker-compose.yml with docker-compose config (no engine needed)
 	scripts/compose-check.sh

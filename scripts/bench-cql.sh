@@ -11,7 +11,10 @@ cd "$(dirname "$0")/.."
 BENCHTIME=${BENCHTIME:-40x}
 COUNT=${COUNT:-5}
 OUT=docs/benchmarks.md
-eval "$(scripts/test-deps.sh up)"
+# Through a variable, so that set -e stops here when a server cannot be set
+# up (eval of a failed command substitution would carry on with nothing).
+deps_env=$(scripts/test-deps.sh up)
+eval "$deps_env"
 CMD="go test -run '^\$' -bench BenchmarkColdPathCQL -benchtime $BENCHTIME -count $COUNT ./internal/app/"
 echo "bench-cql: $CMD" >&2
 raw=$(mktemp)

@@ -5,6 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+PROTOC_VERSION=3.21.12 # Debian bookworm's protobuf-compiler; it is named in every header
 PROTOC_GEN_GO_VERSION=v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION=v1.5.1
 TOOLS="$PWD/.tools/bin"
@@ -12,6 +13,11 @@ TOOLS="$PWD/.tools/bin"
 if ! command -v protoc >/dev/null; then
   echo "generate: installing protobuf-compiler (Debian package)" >&2
   scripts/apt-install.sh protobuf-compiler
+fi
+if [[ $(protoc --version) != "libprotoc $PROTOC_VERSION" ]]; then
+  echo "generate: $(command -v protoc) is $(protoc --version), not the pinned libprotoc $PROTOC_VERSION;" \
+    "the generated headers would differ from the committed ones" >&2
+  exit 1
 fi
 mkdir -p "$TOOLS"
 if [[ ! -x "$TOOLS/protoc-gen-go" ]] || ! "$TOOLS/protoc-gen-go" --version | grep -q "${PROTOC_GEN_GO_VERSION}"; then

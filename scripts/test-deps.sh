@@ -9,7 +9,9 @@
 #   scripts/test-deps.sh env    print that environment without starting anything
 #   scripts/test-deps.sh down   stop them
 #
-# Use:  eval "$(scripts/test-deps.sh up)"
+# Use:  scripts/test-deps.sh up >.deps/test-env.sh && source .deps/test-env.sh
+# (as make's WITH_DEPS does). Not eval "$(scripts/test-deps.sh up)": when the
+# script fails, that evaluates an empty string and carries on without servers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
