@@ -140,6 +140,7 @@ func (f fileConfig) admission() budget.Config {
 		cfg.Default = f.Admission.Default
 	}
 	maps.Copy(cfg.Clients, f.Admission.Clients)
+	cfg.UnlistedFlows = cmp.Or(f.Admission.UnlistedFlows, cfg.UnlistedFlows)
 	return cfg
 }
 

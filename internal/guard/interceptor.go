@@ -135,7 +135,8 @@ func (s *Server) admit(ctx context.Context, fullMethod, client string, cost int6
 	if waitUntil.Before(startBy) {
 		startBy = waitUntil
 	}
-	items, err := s.items.Acquire(ctx, queue.Request{Cost: cost, Batch: batch, StartBy: startBy})
+	flow, weight := flowOf(s.budgets.Config(), client)
+	items, err := s.items.Acquire(ctx, queue.Request{Cost: cost, Batch: batch, StartBy: startBy, Flow: flow, Weight: weight})
 	if err != nil {
 		s.requests.Release(1)
 		spent()

@@ -36,6 +36,19 @@ type Budget struct {
 	Burst int `yaml:"burst"`
 	// MaxInflightItems bounds the client's items being worked on at once.
 	MaxInflightItems int64 `yaml:"max_inflight_items"`
+	// Weight is the client's share of the process's item capacity, relative
+	// to other clients, when callers together ask for more than it holds
+	// (fair queuing in package queue; this package only carries it).
+	// 0 means 1.
+	Weight float64 `yaml:"weight,omitempty"`
+}
+
+// FairWeight is the weight fair queuing uses: Weight, or 1 when unset.
+func (b Budget) FairWeight() float64 {
+	if b.Weight == 0 {
+		return 1
+	}
+	return b.Weight
 }
 
 // Validate reports the first field that is not usable.
@@ -47,9 +60,15 @@ func (b Budget) Validate() error {
 		return fmt.Errorf("burst must be at least 1, got %d", b.Burst)
 	case b.MaxInflightItems < 1:
 		return fmt.Errorf("max_inflight_items must be at least 1, got %d", b.MaxInflightItems)
+	case b.Weight < 0 || b.Weight > MaxWeight || math.IsNaN(b.Weight):
+		return fmt.Errorf("weight must be between 0 (meaning 1) and %d, got %v", MaxWeight, b.Weight)
 	}
 	return nil
 }
+
+// MaxWeight bounds Weight, so that no client's share can round the
+// others' to nothing.
+const MaxWeight = 1000
 
 // String describes the budget for messages to callers.
 func (b Budget) String() string {
@@ -61,14 +80,34 @@ type Config struct {
 	// Default applies to every client not named in Clients, "unknown"
 	// included; each such client has its own bucket.
 	Default Budget `yaml:"default"`
-	// Clients gives named clients their own budgets.
+	// Clients gives named clients their own budgets. Each also has its
+	// own flow in fair queuing; a named client's entry is a whole budget.
 	Clients map[string]Budget `yaml:"clients"`
+	// UnlistedFlows is how many fair-queuing flows all callers not named
+	// in Clients share, each name hashed onto one of them: so callers
+	// that invent names get at most this many shares together, and the
+	// state kept for them stays bounded. 0 means DefaultUnlistedFlows.
+	UnlistedFlows int `yaml:"unlisted_flows"`
 }
+
+// Flows returns UnlistedFlows, or its default when unset.
+func (c Config) Flows() int {
+	if c.UnlistedFlows == 0 {
+		return DefaultUnlistedFlows
+	}
+	return c.UnlistedFlows
+}
+
+// DefaultUnlistedFlows is UnlistedFlows unless the config says otherwise.
+const DefaultUnlistedFlows = 8
+
+// MaxUnlistedFlows bounds UnlistedFlows.
+const MaxUnlistedFlows = 1024
 
 // DefaultConfig is generous enough for any normal caller: 20,000 items/s
 // with a burst of 5,000, and 5,000 items in flight.
 func DefaultConfig() Config {
-	return Config{Default: Budget{ItemsPerSecond: 20_000, Burst: 5_000, MaxInflightItems: 5_000}, Clients: map[string]Budget{}}
+	return Config{Default: Budget{ItemsPerSecond: 20_000, Burst: 5_000, MaxInflightItems: 5_000}, Clients: map[string]Budget{}, UnlistedFlows: DefaultUnlistedFlows}
 }
 
 // Validate checks the default and every named budget.
@@ -76,6 +115,9 @@ func (c Config) Validate() error {
 	errs := []error{}
 	if err := c.Default.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("admission: default: %w", err))
+	}
+	if c.UnlistedFlows < 0 || c.UnlistedFlows > MaxUnlistedFlows {
+		errs = append(errs, fmt.Errorf("admission: unlisted_flows must be between 1 and %d (0 means %d), got %d", MaxUnlistedFlows, DefaultUnlistedFlows, c.UnlistedFlows))
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.Clients)) {
 		if err := c.Clients[name].Validate(); err != nil {

@@ -175,3 +175,31 @@ func TestValidate(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// Tests the fair-queuing fields: weight 0 means 1, a negative or huge
+// weight and a bad unlisted_flows are refused naming the field.
+func TestWeightAndFlows(t *testing.T) {
+	b := DefaultConfig().Default
+	if w := b.FairWeight(); w != 1 {
+		t.Errorf("FairWeight of an unset weight = %v, want 1", w)
+	}
+	b.Weight = 2.5
+	if w := b.FairWeight(); w != 2.5 {
+		t.Errorf("FairWeight = %v, want 2.5", w)
+	}
+	for _, w := range []float64{-1, MaxWeight + 1} {
+		b.Weight = w
+		if err := b.Validate(); err == nil || !strings.Contains(err.Error(), "weight") {
+			t.Errorf("weight %v: %v, want an error naming weight", w, err)
+		}
+	}
+	c := DefaultConfig()
+	c.UnlistedFlows = 0
+	if c.Flows() != DefaultUnlistedFlows || c.Validate() != nil {
+		t.Errorf("unlisted_flows 0: Flows %d, Validate %v; want the default and no error", c.Flows(), c.Validate())
+	}
+	c.UnlistedFlows = -1
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "unlisted_flows") {
+		t.Errorf("unlisted_flows -1: %v, want an error naming it", err)
+	}
+}

@@ -18,10 +18,20 @@
 // the oldest are about to time out anyway. Otherwise waiters are served
 // in arrival order.
 //
+// Waiters are served fairly across flows (Request.Flow, one per client):
+// start-time fair queuing over item cost, weighted by Request.Weight (see
+// fair.go). A flow that asks for less than its share is served before
+// flows with a backlog, so its wait does not grow with theirs; within a
+// flow the order above applies.
+//
 // Batch requests (Request.Batch) are shed first: one that cannot start at
 // once while others already wait is refused without queueing, freed
 // capacity goes to interactive waiters before batch ones, and batch
 // waiters are shed as soon as the queue becomes a standing queue.
+//
+// The capacity can be changed while serving (SetCapacity), by an
+// adaptive controller for instance, between 1 and the configured
+// Capacity, which stays the upper bound.
 //
 // The package knows nothing of gRPC, clients or deadlines beyond StartBy;
 // the guard maps its errors to status codes. Time comes from a Clock so
@@ -104,11 +114,18 @@ type Request struct {
 	// StartBy, when not zero, is the latest time the request is still
 	// worth starting; it never waits past it.
 	StartBy time.Time
+	// Flow names whose share the request counts against (a client);
+	// waiters of different flows are served fairly.
+	Flow string
+	// Weight is the flow's share relative to other flows; 0 means 1.
+	Weight float64
 }
 
 // Stats is a snapshot of a Queue.
 type Stats struct {
 	InUse    int64 // items admitted and not yet released
+	Capacity int64 // items that may be admitted now
+	Flows    int   // flows with fair-queuing state
 	Waiting  int   // requests in the queue
 	Standing bool  // whether the queue counts as standing now
 	Shed     int64 // requests shed since start
@@ -121,7 +138,9 @@ type Queue struct {
 	clock Clock
 
 	mu        sync.Mutex
+	capacity  int64 // current capacity, at most cfg.Capacity
 	inUse     int64
+	fair      fairState
 	waiters   []*waiter // in arrival order
 	lastEmpty time.Time // the last time waiters was empty
 	stopCheck func() bool
@@ -134,6 +153,7 @@ type waiter struct {
 	done     chan struct{} // closed once err is set or the grant made
 	err      error         // nil when granted
 	stop     func() bool
+	flow     *flow
 }
 
 // New returns a Queue; clock nil means SystemClock.
@@ -144,7 +164,7 @@ func New(cfg Config, clock Clock) (*Queue, error) {
 	if clock == nil {
 		clock = SystemClock{}
 	}
-	return &Queue{cfg: cfg, clock: clock, lastEmpty: clock.Now()}, nil
+	return &Queue{cfg: cfg, clock: clock, lastEmpty: clock.Now(), capacity: cfg.Capacity, fair: newFairState(cfg.MaxWaiters)}, nil
 }
 
 // MaxWait is the controlled-delay rule: how long a request that arrives
@@ -206,7 +226,7 @@ func (q *Queue) enter(r Request) (*waiter, error) {
 	now := q.clock.Now()
 	if len(q.waiters) == 0 {
 		q.lastEmpty = now
-		if q.inUse+r.Cost <= q.cfg.Capacity {
+		if q.fits(r.Cost) {
 			q.inUse += r.Cost
 			return nil, nil
 		}
@@ -221,7 +241,7 @@ func (q *Queue) enter(r Request) (*waiter, error) {
 	if wait <= 0 {
 		return nil, q.refuse(fmt.Errorf("%w: no capacity for %d items and no time left to wait", ErrShed, r.Cost))
 	}
-	w := &waiter{req: r, enqueued: now, done: make(chan struct{})}
+	w := &waiter{req: r, enqueued: now, done: make(chan struct{}), flow: q.fair.join(r.Flow, r.Weight)}
 	if len(q.waiters) == 0 {
 		q.stopCheck = q.clock.AfterFunc(q.cfg.Interval, q.onStanding)
 	}
@@ -294,9 +314,10 @@ func (q *Queue) grant() {
 	now := q.clock.Now()
 	for len(q.waiters) > 0 {
 		w := q.next(now)
-		if q.inUse+w.req.Cost > q.cfg.Capacity {
+		if !q.fits(w.req.Cost) {
 			return
 		}
+		q.fair.served(w.flow, w.req.Cost)
 		q.remove(w)
 		w.stop()
 		q.inUse += w.req.Cost
@@ -304,28 +325,18 @@ func (q *Queue) grant() {
 	}
 }
 
-// next picks the waiter to serve: interactive before batch; newest first
-// in a standing queue, oldest first otherwise.
-func (q *Queue) next(now time.Time) *waiter {
-	return Pick(q.waiters, func(w *waiter) bool { return w.req.Batch }, q.cfg.standing(now, q.lastEmpty))
+// fits reports whether cost more items may be admitted now. A request
+// larger than a lowered capacity (but within the configured one) runs
+// alone rather than never.
+func (q *Queue) fits(cost int64) bool {
+	return q.inUse+cost <= q.capacity || q.inUse == 0
 }
 
-// Pick returns the element of waiters (in arrival order) to serve next:
-// the first non-batch one, or the last when lifo, falling back to batch
-// ones in the same order. waiters must not be empty.
-func Pick[W any](waiters []W, batch func(W) bool, lifo bool) W {
-	for _, wantBatch := range []bool{false, true} {
-		for i := range waiters {
-			j := i
-			if lifo {
-				j = len(waiters) - 1 - i
-			}
-			if batch(waiters[j]) == wantBatch {
-				return waiters[j]
-			}
-		}
-	}
-	return waiters[0]
+// next picks the waiter to serve: interactive before batch; among those,
+// the flow first in fair order; within it, newest first in a standing
+// queue, oldest first otherwise.
+func (q *Queue) next(now time.Time) *waiter {
+	return q.fair.pick(q.waiters, q.cfg.standing(now, q.lastEmpty))
 }
 
 // remove takes w out of the queue, reporting whether it was there.
@@ -336,7 +347,9 @@ func (q *Queue) remove(w *waiter) bool {
 		return false
 	}
 	q.waiters = slices.Delete(q.waiters, i, i+1)
+	q.fair.leave(w.flow)
 	if len(q.waiters) == 0 {
+		q.fair.reset()
 		q.lastEmpty = q.clock.Now()
 		if q.stopCheck != nil {
 			q.stopCheck()
@@ -353,11 +366,24 @@ func (q *Queue) Stats() Stats {
 	now := q.clock.Now()
 	return Stats{
 		InUse:    q.inUse,
+		Capacity: q.capacity,
+		Flows:    len(q.fair.flows),
 		Waiting:  len(q.waiters),
 		Standing: len(q.waiters) > 0 && q.cfg.standing(now, q.lastEmpty),
 		Shed:     q.shed,
 	}
 }
 
-// Capacity is the configured capacity in items.
+// Capacity is the configured capacity in items: the upper bound of
+// SetCapacity.
 func (q *Queue) Capacity() int64 { return q.cfg.Capacity }
+
+// SetCapacity changes how many items may be admitted at once, clamped to
+// [1, the configured Capacity]. Lowering it admits nobody new until
+// enough is released; raising it admits waiters at once.
+func (q *Queue) SetCapacity(n int64) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.capacity = min(max(n, 1), q.cfg.Capacity)
+	q.grant()
+}

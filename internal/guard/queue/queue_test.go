@@ -102,14 +102,13 @@ func TestMaxWait(t *testing.T) {
 	}
 }
 
-// Tests the serving order: oldest first normally, newest first in a
-// standing queue, interactive before batch either way.
-func TestPick(t *testing.T) {
+// Tests the serving order within one flow: oldest first normally, newest
+// first in a standing queue, interactive before batch either way.
+func TestPickWithinFlow(t *testing.T) {
 	type w struct {
 		id    int
 		batch bool
 	}
-	isBatch := func(x w) bool { return x.batch }
 	mixed := []w{{1, true}, {2, false}, {3, false}, {4, true}}
 	for _, tc := range []struct {
 		name    string
@@ -125,8 +124,16 @@ func TestPick(t *testing.T) {
 		{"only batch lifo", []w{{1, true}, {2, true}}, true, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := Pick(tc.waiters, isBatch, tc.lifo); got.id != tc.want {
-				t.Errorf("Pick = %d, want %d", got.id, tc.want)
+			f := newFairState(8)
+			var ws []*waiter
+			ids := map[*waiter]int{}
+			for _, x := range tc.waiters {
+				wt := &waiter{req: Request{Batch: x.batch}, flow: f.join("", 0)}
+				ids[wt] = x.id
+				ws = append(ws, wt)
+			}
+			if got := ids[f.pick(ws, tc.lifo)]; got != tc.want {
+				t.Errorf("pick = %d, want %d", got, tc.want)
 			}
 		})
 	}
@@ -391,4 +398,130 @@ func TestConfigValidate(t *testing.T) {
 	if err := DefaultConfig().Validate(); err != nil {
 		t.Errorf("default config: %v", err)
 	}
+}
+
+// serveAll releases the held capacity, then serves n grants one at a
+// time (capacity 1, cost 1), returning the flow of each in grant order.
+func (h *harness) serveAll(hold func(), out <-chan result, flows map[int]string, n int) []string {
+	h.t.Helper()
+	var order []string
+	hold()
+	for range n {
+		r := recv(h.t, out)
+		if r.err != nil {
+			h.t.Fatalf("waiter %d: %v", r.id, r.err)
+		}
+		order = append(order, flows[r.id])
+		r.release()
+	}
+	return order
+}
+
+// Tests that a light flow's wait does not grow with a heavy flow's
+// backlog: whether 5 or 60 heavy requests wait ahead of it, the light
+// request is the second one served.
+func TestLightFlowWaitIndependentOfBacklog(t *testing.T) {
+	for _, backlog := range []int{5, 60} {
+		h := newHarness(t, 10, 100)
+		hold := h.acquireNow(Request{Cost: 10})
+		out := make(chan result, backlog+1)
+		flows := map[int]string{}
+		for id := range backlog {
+			flows[id] = "heavy"
+			h.wait(h.ctx, id, Request{Cost: 10, Flow: "heavy"}, out)
+		}
+		flows[backlog] = "light"
+		h.wait(h.ctx, backlog, Request{Cost: 1, Flow: "light"}, out)
+		order := h.serveAll(hold, out, flows, backlog+1)
+		if i := slices.Index(order, "light"); i != 1 {
+			t.Errorf("backlog %d: light request served %d-th (order %v), want 2nd: one heavy grant, then the flow that has had nothing", backlog, i+1, order[:min(len(order), 5)])
+		}
+	}
+}
+
+// Tests that backlogged flows get items in proportion to their weights.
+func TestWeightsGiveProportionalShares(t *testing.T) {
+	h := newHarness(t, 1, 200)
+	hold := h.acquireNow(Request{Cost: 1})
+	out := make(chan result, 160)
+	flows := map[int]string{}
+	for id := range 80 {
+		flows[2*id], flows[2*id+1] = "a", "b"
+		h.wait(h.ctx, 2*id, Request{Cost: 1, Flow: "a", Weight: 3}, out)
+		h.wait(h.ctx, 2*id+1, Request{Cost: 1, Flow: "b"}, out)
+	}
+	order := h.serveAll(hold, out, flows, 80) // while both are backlogged
+	a := 0
+	for _, f := range order {
+		if f == "a" {
+			a++
+		}
+	}
+	if a < 59 || a > 61 {
+		t.Errorf("weight 3 flow got %d of 80 grants against a weight 1 flow, want 60±1", a)
+	}
+	for range 80 { // drain, so no goroutine outlives the test
+		r := recv(t, out)
+		if r.err == nil {
+			r.release()
+		}
+	}
+}
+
+// Tests that fair-queuing state stays bounded however many flows pass
+// through, and is forgotten when the queue empties.
+func TestFlowStateBounded(t *testing.T) {
+	h := newHarness(t, 1, 8)
+	hold := h.acquireNow(Request{Cost: 1})
+	out := make(chan result, 8)
+	for id := range 8 {
+		h.wait(h.ctx, id, Request{Cost: 1, Flow: string(rune('a' + id))}, out)
+	}
+	if s := h.q.Stats(); s.Flows != 8 {
+		t.Fatalf("flows %d with 8 waiting flows, want 8", s.Flows)
+	}
+	hold()
+	for range 8 {
+		recv(t, out).release()
+	}
+	if s := h.q.Stats(); s.Flows != 0 || s.Waiting != 0 {
+		t.Errorf("stats %+v after the queue emptied, want no flow state", s)
+	}
+	f := newFairState(8)
+	for i := range 1000 {
+		fl := f.join(string(rune(i)), 1)
+		f.served(fl, 1)
+		f.leave(fl)
+	}
+	if len(f.flows) > f.maxIdleFlows {
+		t.Errorf("%d flows held after 1000 served once each, want at most %d", len(f.flows), f.maxIdleFlows)
+	}
+}
+
+// Tests SetCapacity: lowering it holds new arrivals back until enough is
+// released, raising it admits waiters at once, and it stays within
+// [1, configured capacity].
+func TestSetCapacity(t *testing.T) {
+	h := newHarness(t, 10, 10)
+	hold := h.acquireNow(Request{Cost: 4})
+	h.q.SetCapacity(5)
+	out := make(chan result, 1)
+	h.wait(h.ctx, 1, Request{Cost: 2}, out)
+	h.q.SetCapacity(6)
+	r := recv(t, out)
+	if r.err != nil {
+		t.Fatalf("waiter after raising capacity to 6 with 4 in use: %v", r.err)
+	}
+	r.release()
+	h.q.SetCapacity(100)
+	if s := h.q.Stats(); s.Capacity != 10 {
+		t.Errorf("capacity %d after SetCapacity(100), want the configured 10", s.Capacity)
+	}
+	h.q.SetCapacity(0)
+	if s := h.q.Stats(); s.Capacity != 1 {
+		t.Errorf("capacity %d after SetCapacity(0), want 1", s.Capacity)
+	}
+	hold()
+	release := h.acquireNow(Request{Cost: 8}) // larger than the capacity, alone
+	release()
 }

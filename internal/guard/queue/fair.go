@@ -1,0 +1,123 @@
+package queue
+
+// Fair order across flows: start-time fair queuing (Goyal, Vin and Cheng,
+// SIGCOMM 1996) over item cost. Each flow has a virtual finish time, the
+// virtual time at which the work it has been granted ends at its weight;
+// a waiter's start tag is the later of the queue's virtual time and its
+// flow's finish. The waiter with the smallest start tag is served next,
+// and serving it moves the virtual time to its start and its flow's
+// finish on by cost/weight. A flow that was idle starts at the current
+// virtual time, ahead of every flow with a backlog, so a light flow waits
+// for at most one grant whatever the others have queued; flows that stay
+// backlogged are served items in proportion to their weights.
+//
+// State is bounded: a flow is kept only while it has waiters or has been
+// served ahead of the virtual time, at most maxIdleFlows of the latter,
+// and everything is forgotten when the queue empties (nobody is behind).
+// The queue does not decide what a flow is; the guard maps clients onto
+// a bounded set of flow names.
+
+type fairState struct {
+	vtime        float64
+	flows        map[string]*flow
+	maxIdleFlows int
+}
+
+type flow struct {
+	key     string
+	weight  float64
+	finish  float64 // virtual time at which its granted work ends
+	waiting int     // its waiters in the queue
+}
+
+func newFairState(maxWaiters int) fairState {
+	return fairState{flows: map[string]*flow{}, maxIdleFlows: max(maxWaiters, 64)}
+}
+
+// join returns key's flow, counting one more waiter on it.
+func (f *fairState) join(key string, weight float64) *flow {
+	fl, ok := f.flows[key]
+	if !ok {
+		fl = &flow{key: key}
+		f.flows[key] = fl
+	}
+	fl.weight = weight
+	if fl.weight <= 0 {
+		fl.weight = 1
+	}
+	fl.waiting++
+	return fl
+}
+
+// leave counts one waiter fewer on fl, forgetting the flow once nothing
+// distinguishes it from a new one.
+func (f *fairState) leave(fl *flow) {
+	fl.waiting--
+	if fl.waiting == 0 && fl.finish <= f.vtime {
+		delete(f.flows, fl.key)
+	}
+}
+
+// served records that fl was granted cost items.
+func (f *fairState) served(fl *flow, cost int64) {
+	start := max(f.vtime, fl.finish)
+	fl.finish = start + float64(cost)/fl.weight
+	f.vtime = start
+	if len(f.flows) > f.maxIdleFlows {
+		f.prune()
+	}
+}
+
+// prune forgets idle flows: first those the virtual time has passed,
+// then, if too many remain, the rest (they lose the lead they had).
+func (f *fairState) prune() {
+	for key, fl := range f.flows {
+		if fl.waiting == 0 && fl.finish <= f.vtime {
+			delete(f.flows, key)
+		}
+	}
+	for key, fl := range f.flows {
+		if len(f.flows) <= f.maxIdleFlows {
+			return
+		}
+		if fl.waiting == 0 {
+			delete(f.flows, key)
+		}
+	}
+}
+
+// reset forgets every flow; called when the queue empties.
+func (f *fairState) reset() {
+	clear(f.flows)
+	f.vtime = 0
+}
+
+// startTag is when fl's next waiter starts in virtual time.
+func (f *fairState) startTag(fl *flow) float64 { return max(f.vtime, fl.finish) }
+
+// pick returns the waiter to serve: interactive before batch; among
+// those, the smallest start tag; among equal tags, the oldest, or the
+// newest when lifo. waiters is in arrival order and not empty.
+func (f *fairState) pick(waiters []*waiter, lifo bool) *waiter {
+	for _, wantBatch := range []bool{false, true} {
+		var best *waiter
+		var bestTag float64
+		for i := range waiters {
+			j := i
+			if lifo {
+				j = len(waiters) - 1 - i
+			}
+			w := waiters[j]
+			if w.req.Batch != wantBatch {
+				continue
+			}
+			if tag := f.startTag(w.flow); best == nil || tag < bestTag {
+				best, bestTag = w, tag
+			}
+		}
+		if best != nil {
+			return best
+		}
+	}
+	return waiters[0]
+}
