@@ -131,9 +131,8 @@ func TestBskyOtherCollections(t *testing.T) {
 	checkAnswers(t, profResp.GetRecords(), []*store.Record{&profile})
 }
 
-// Tests every declared bsky.Service method: each served one returns a
-// record of its collection and an empty record for a post's URI; each
-// unserved one answers Unimplemented. All requests and responses of
+// Tests every declared bsky.Service method: each is served, returning a
+// record of its collection and an empty record for a post's URI. All requests and responses of
 // these methods share one wire shape ({uris = 1} -> {records = 1}).
 func TestBskyEveryMethod(t *testing.T) {
 	ts := startServer(t, 1, nil)
@@ -141,22 +140,13 @@ func TestBskyEveryMethod(t *testing.T) {
 	for _, m := range bsky.Service_ServiceDesc.Methods {
 		t.Run(m.MethodName, func(t *testing.T) {
 			collection, ok := served[m.MethodName]
-			var rec store.Record
-			if ok {
-				rec = ts.seedIn(collection, 1)[0]
-			}
-			req := &bsky.GetLikeRecordsRequest{Uris: []string{rec.URI, ts.posts[0].URI}}
 			if !ok {
-				req.Uris = req.Uris[1:]
+				t.Fatalf("%s is not served", m.MethodName)
 			}
+			rec := ts.seedIn(collection, 1)[0]
+			req := &bsky.GetLikeRecordsRequest{Uris: []string{rec.URI, ts.posts[0].URI}}
 			var resp bsky.GetLikeRecordsResponse
 			err := ts.conn.Invoke(ts.appviewCtx(), "/bsky.Service/"+m.MethodName, req, &resp)
-			if !ok {
-				if status.Code(err) != codes.Unimplemented {
-					t.Fatalf("unserved method answered %v", err)
-				}
-				return
-			}
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -184,16 +174,59 @@ func checkAnswers(t *testing.T, got []*bsky.Record, want []*store.Record) {
 	}
 }
 
-// Tests the refusals: a malformed URI and an oversized batch are
-// InvalidArgument naming the problem; a declared method sluice does not
-// serve and a bsky.Service method not declared at all are Unimplemented.
+// Tests per-URI leniency: in a 50-URI batch, a handle-form URI, a did:key
+// URI, a URI with a query string and a 600-byte URI are answered as
+// missing at their positions, the other 46 correctly, and the four are
+// counted as invalid items.
+func TestBskyLenientURIs(t *testing.T) {
+	ts := startServer(t, 100, func(c *Config) { c.Telemetry.Clients = []string{"appview"} })
+	client := bsky.NewServiceClient(ts.conn)
+	odd := map[int]string{
+		3:  "at://alice.example.com/app.bsky.feed.post/3kabc",
+		17: "at://did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK/app.bsky.feed.post/3kabc",
+		30: ts.posts[0].URI + "?x=1",
+		// Well-formed (a 55-byte did:web host, a 512-byte rkey) but longer
+		// than any stored URI can be.
+		44: "at://did:web:" + strings.Repeat("h", 50) + ".test/app.bsky.feed.post/" + strings.Repeat("k", 512),
+	}
+	uris := make([]string, 50)
+	want := make([]*store.Record, 50)
+	next := 1
+	for i := range uris {
+		if u, ok := odd[i]; ok {
+			uris[i] = u
+			continue
+		}
+		uris[i], want[i] = ts.posts[next].URI, &ts.posts[next]
+		next++
+	}
+	if len(odd[44]) != 600 {
+		t.Fatalf("long URI is %d bytes", len(odd[44]))
+	}
+	resp, err := client.GetPostRecords(ts.appviewCtx(), &bsky.GetPostRecordsRequest{Uris: uris})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAnswers(t, resp.GetRecords(), want)
+	if len(resp.GetMeta()) != 50 {
+		t.Errorf("%d meta for 50 uris", len(resp.GetMeta()))
+	}
+	labels := map[string]string{"client": "appview", "service": "bsky.Service", "method": "GetPostRecords", "source": "invalid"}
+	if n := ts.metrics().Sum("sluice_items_total", labels); n != 4 {
+		t.Errorf("sluice_items_total{source=invalid} = %v, want 4", n)
+	}
+}
+
+// Tests the refusals that remain: an empty URI and an oversized batch are
+// InvalidArgument naming the problem; a bsky.Service method not declared
+// at all is Unimplemented.
 func TestBskyRefusals(t *testing.T) {
 	ts := startServer(t, 10, nil)
 	client := bsky.NewServiceClient(ts.conn)
 
-	_, err := client.GetPostRecords(ts.appviewCtx(), &bsky.GetPostRecordsRequest{Uris: []string{ts.posts[0].URI, "at://not a uri"}})
+	_, err := client.GetPostRecords(ts.appviewCtx(), &bsky.GetPostRecordsRequest{Uris: []string{ts.posts[0].URI, ""}})
 	if st := status.Convert(err); st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "uris[1]") || !hasFieldViolation(st, "uris[1]") {
-		t.Errorf("malformed uri: %s %q", st.Code(), st.Message())
+		t.Errorf("empty uri: %s %q", st.Code(), st.Message())
 	}
 
 	big := make([]string, 20_000)
@@ -205,16 +238,12 @@ func TestBskyRefusals(t *testing.T) {
 		t.Errorf("20,000 uris: %s %q", st.Code(), st.Message())
 	}
 
-	_, err = client.GetStatusRecords(ts.appviewCtx(), &bsky.GetStatusRecordsRequest{Uris: []string{ts.posts[0].URI}})
-	if st := status.Convert(err); st.Code() != codes.Unimplemented {
-		t.Errorf("declared, unserved GetStatusRecords: %s %q", st.Code(), st.Message())
-	}
 	var out bsky.GetLikeRecordsResponse
 	err = ts.conn.Invoke(ts.appviewCtx(), "/bsky.Service/GetActors", &bsky.GetLikeRecordsRequest{}, &out, grpc.WaitForReady(true))
 	if st := status.Convert(err); st.Code() != codes.Unimplemented {
 		t.Errorf("undeclared GetActors: %s %q", st.Code(), st.Message())
 	}
-	if p, ok := ts.app.Guard.Policy("/bsky.Service/GetPostRecords"); !ok || p.MaxItems != 1000 {
+	if p, ok := ts.app.Guard.Policy("/bsky.Service/GetPostRecords"); !ok || p.MaxItems != 1000 || p.MaxURILength != aturi.MaxLength {
 		t.Errorf("GetPostRecords policy = %+v, %v", p, ok)
 	}
 }

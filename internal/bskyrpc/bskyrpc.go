@@ -4,18 +4,20 @@
 //
 // Every Get…Records method it serves is one generic read keyed by the
 // collection the method reads (GetLikeRecords reads app.bsky.feed.like):
-// answers are aligned with the request, a record that does not exist — or
-// a URI of another collection, as the AppView's reference data plane
-// treats it — is a Record with empty record bytes, and GetPostRecords adds
-// a PostRecordMeta derived from each post's JSON. A URI that is not an
-// AT-URI at all is InvalidArgument.
+// answers are aligned with the request, and a record that does not exist
+// is a Record with empty record bytes. URIs are judged one by one, as the
+// AppView's reference data plane does: a URI that does not parse, names
+// another collection, has a handle or an unusual DID for its authority,
+// carries a query or fragment, or is longer than any stored URI can be,
+// is answered as missing at its position (and counted as invalid), never
+// failing the batch. GetPostRecords adds a PostRecordMeta per post and,
+// when asked, the OP threads of the requested posts' roots.
 //
 // The package declares a default policy for every method of the service
-// descriptor (DefaultPolicies), served or not, because the guard registers
-// nothing without one; the declared methods it does not serve are answered
-// UNIMPLEMENTED by the generated base server. Limits, identity and
-// admission belong to the guard, caching to package posts, and the error
-// to status mapping to package rpc.
+// descriptor (DefaultPolicies) because the guard registers nothing
+// without one. Limits, identity and admission belong to the guard,
+// caching to package posts, and the error to status mapping to package
+// rpc.
 package bskyrpc
 
 import (
@@ -33,25 +35,33 @@ import (
 
 // collections maps each served method to the collection it reads. These
 // are the record reads the AppView's reference data plane serves from its
-// record table; the other declared Get…Records methods answer
-// UNIMPLEMENTED.
+// record table: all 19 of the published contract.
 var collections = map[string]string{
-	"GetBlockRecords":                "app.bsky.graph.block",
-	"GetFeedGeneratorRecords":        "app.bsky.feed.generator",
-	"GetFollowRecords":               "app.bsky.graph.follow",
-	"GetLikeRecords":                 "app.bsky.feed.like",
-	"GetListBlockRecords":            "app.bsky.graph.listblock",
-	"GetListItemRecords":             "app.bsky.graph.listitem",
-	"GetListRecords":                 "app.bsky.graph.list",
-	"GetPostRecords":                 aturi.PostCollection,
-	"GetProfileRecords":              "app.bsky.actor.profile",
-	"GetRepostRecords":               "app.bsky.feed.repost",
-	"GetThreadGateRecords":           "app.bsky.feed.threadgate",
-	"GetPostgateRecords":             "app.bsky.feed.postgate",
-	"GetLabelerRecords":              "app.bsky.labeler.service",
-	"GetActorChatDeclarationRecords": "chat.bsky.actor.declaration",
-	"GetStarterPackRecords":          "app.bsky.graph.starterpack",
+	"GetBlockRecords":                   "app.bsky.graph.block",
+	"GetFeedGeneratorRecords":           "app.bsky.feed.generator",
+	"GetFollowRecords":                  "app.bsky.graph.follow",
+	"GetLikeRecords":                    "app.bsky.feed.like",
+	"GetListBlockRecords":               "app.bsky.graph.listblock",
+	"GetListItemRecords":                "app.bsky.graph.listitem",
+	"GetListRecords":                    "app.bsky.graph.list",
+	"GetPostRecords":                    aturi.PostCollection,
+	"GetProfileRecords":                 "app.bsky.actor.profile",
+	"GetRepostRecords":                  "app.bsky.feed.repost",
+	"GetThreadGateRecords":              "app.bsky.feed.threadgate",
+	"GetPostgateRecords":                "app.bsky.feed.postgate",
+	"GetLabelerRecords":                 "app.bsky.labeler.service",
+	"GetActorChatDeclarationRecords":    "chat.bsky.actor.declaration",
+	"GetStarterPackRecords":             "app.bsky.graph.starterpack",
+	"GetNotificationDeclarationRecords": "app.bsky.notification.declaration",
+	"GetGermDeclarationRecords":         "com.germnetwork.declaration",
+	"GetStatusRecords":                  "app.bsky.actor.status",
+	"GetVerificationRecords":            "app.bsky.graph.verification",
 }
+
+// MaxStoredURILength is the longest URI a record can be stored under (the
+// store backends' and the write methods' limit). A longer URI names no
+// record, so it is answered as missing without a cache or store read.
+const MaxStoredURILength = 512
 
 // Served maps each served method name to the collection it reads.
 func Served() map[string]string { return maps.Clone(collections) }
@@ -62,17 +72,24 @@ func Collections() []string {
 }
 
 // DefaultPolicies returns a policy for every method of bsky.Service as
-// declared in proto/bsky: the guard's default batch policy, which the
-// config file may override per method ("bsky.Service/GetPostRecords").
+// declared in proto/bsky: the guard's default batch policy (1,000 URIs per
+// request), except that URIs up to the protocol's maximum length pass the
+// guard, so an over-long one is answered as missing rather than failing
+// its batch. The config file may override any field per method
+// ("bsky.Service/GetPostRecords"); an AppView that sends larger batches
+// raises max_items there.
 func DefaultPolicies() map[string]guard.Policy {
+	p := guard.DefaultPolicy()
+	p.MaxURILength = aturi.MaxLength
 	out := make(map[string]guard.Policy, len(bsky.Service_ServiceDesc.Methods))
 	for _, m := range bsky.Service_ServiceDesc.Methods {
-		out[bsky.Service_ServiceDesc.ServiceName+"/"+m.MethodName] = guard.DefaultPolicy()
+		out[bsky.Service_ServiceDesc.ServiceName+"/"+m.MethodName] = p
 	}
 	return out
 }
 
-// Service serves bsky.Service. Methods it does not define are answered
+// Service serves bsky.Service. Methods of the published contract that
+// this package does not define (none of the record reads) are answered
 // UNIMPLEMENTED by the embedded base server.
 type Service struct {
 	bsky.UnimplementedServiceServer
@@ -111,35 +128,44 @@ func (s *Service) records(ctx context.Context, method string, uris []string) ([]
 	return out, nil
 }
 
-// read returns one result per URI, in order; URIs of another collection
-// are answered as not found without touching the cache or the store.
+// read returns one result per URI, in order. A URI that cannot name a
+// stored record of the method's collection (Readable) is answered as not
+// found without touching the cache or the store, and counted as invalid.
 func (s *Service) read(ctx context.Context, method string, uris []string) ([]posts.Result, error) {
 	collection := collections[method]
 	var want []string
 	var at []int // at[j] is the request position of want[j]
 	for i, uri := range uris {
-		u, err := aturi.Parse(uri)
-		if err != nil {
-			return nil, rpc.Status(method, &posts.InvalidURIError{Index: i, URI: uri, Err: err})
-		}
-		if u.Collection == collection {
+		if Readable(uri, collection) {
 			want, at = append(want, uri), append(at, i)
 		}
 	}
 	out := make([]posts.Result, len(uris))
-	if len(want) == 0 {
-		return out, nil
+	counts := posts.Counts{Invalid: len(uris) - len(want)}
+	if len(want) > 0 {
+		results, c, err := s.readers[collection].Get(ctx, want)
+		if err != nil {
+			return nil, rpc.Status(method, err)
+		}
+		for j, r := range results {
+			out[at[j]] = r
+		}
+		c.Invalid = counts.Invalid
+		counts = c
 	}
-	results, counts, err := s.readers[collection].Get(ctx, want)
-	if err != nil {
-		return nil, rpc.Status(method, err)
-	}
-	counts.NotFound += len(uris) - len(want)
 	s.recorder.RecordItems(ctx, method, counts)
-	for j, r := range results {
-		out[at[j]] = r
-	}
 	return out, nil
+}
+
+// Readable reports whether uri can name a stored record of collection: a
+// record AT-URI sluice accepts (did:plc or did:web authority, no query or
+// fragment), of that collection, no longer than MaxStoredURILength.
+func Readable(uri, collection string) bool {
+	if len(uri) > MaxStoredURILength {
+		return false
+	}
+	_, err := aturi.ParseIn(uri, collection)
+	return err == nil
 }
 
 // toRecord is the wire form of one result: empty when not found.

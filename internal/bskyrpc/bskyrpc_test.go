@@ -1,6 +1,7 @@
 package bskyrpc
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/sluice-dev/sluice/api/bsky"
@@ -37,5 +38,31 @@ func TestPoliciesCoverEveryMethod(t *testing.T) {
 	}
 	if Served()["GetPostRecords"] != aturi.PostCollection {
 		t.Errorf("GetPostRecords reads %q", Served()["GetPostRecords"])
+	}
+}
+
+// Tests which URIs can name a stored record: the rest are answered as
+// missing without a read.
+func TestReadable(t *testing.T) {
+	const post = "at://did:plc:aaaaaaaaaaaaaaaaaaaaaaaa/app.bsky.feed.post/3kabc"
+	long := "at://did:plc:aaaaaaaaaaaaaaaaaaaaaaaa/app.bsky.feed.post/" + strings.Repeat("a", MaxStoredURILength)
+	for _, tc := range []struct {
+		uri  string
+		want bool
+	}{
+		{post, true},
+		{"at://did:web:example.com/app.bsky.feed.post/3kabc", true},
+		{"at://alice.example.com/app.bsky.feed.post/3kabc", false},
+		{"at://did:key:z6MkhaXgBZDvotDkL5257faiztiGiC2QtKLGpbnnEGta2doK/app.bsky.feed.post/3kabc", false},
+		{post + "?x=1", false},
+		{post + "#frag", false},
+		{"at://did:plc:aaaaaaaaaaaaaaaaaaaaaaaa/app.bsky.feed.like/3kabc", false},
+		{"not a uri", false},
+		{"", false},
+		{long, false},
+	} {
+		if got := Readable(tc.uri, aturi.PostCollection); got != tc.want {
+			t.Errorf("Readable(%.80q) = %v, want %v", tc.uri, got, tc.want)
+		}
 	}
 }

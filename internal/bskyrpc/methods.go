@@ -148,3 +148,39 @@ func (s *Service) GetStarterPackRecords(ctx context.Context, req *bsky.GetStarte
 	}
 	return &bsky.GetStarterPackRecordsResponse{Records: recs}, nil
 }
+
+// GetNotificationDeclarationRecords answers app.bsky.notification.declaration records.
+func (s *Service) GetNotificationDeclarationRecords(ctx context.Context, req *bsky.GetNotificationDeclarationRecordsRequest) (*bsky.GetNotificationDeclarationRecordsResponse, error) {
+	recs, err := s.records(ctx, "GetNotificationDeclarationRecords", req.GetUris())
+	if err != nil {
+		return nil, err
+	}
+	return &bsky.GetNotificationDeclarationRecordsResponse{Records: recs}, nil
+}
+
+// GetGermDeclarationRecords answers com.germnetwork.declaration records.
+func (s *Service) GetGermDeclarationRecords(ctx context.Context, req *bsky.GetGermDeclarationRecordsRequest) (*bsky.GetGermDeclarationRecordsResponse, error) {
+	recs, err := s.records(ctx, "GetGermDeclarationRecords", req.GetUris())
+	if err != nil {
+		return nil, err
+	}
+	return &bsky.GetGermDeclarationRecordsResponse{Records: recs}, nil
+}
+
+// GetStatusRecords answers app.bsky.actor.status records.
+func (s *Service) GetStatusRecords(ctx context.Context, req *bsky.GetStatusRecordsRequest) (*bsky.GetStatusRecordsResponse, error) {
+	recs, err := s.records(ctx, "GetStatusRecords", req.GetUris())
+	if err != nil {
+		return nil, err
+	}
+	return &bsky.GetStatusRecordsResponse{Records: recs}, nil
+}
+
+// GetVerificationRecords answers app.bsky.graph.verification records.
+func (s *Service) GetVerificationRecords(ctx context.Context, req *bsky.GetVerificationRecordsRequest) (*bsky.GetVerificationRecordsResponse, error) {
+	recs, err := s.records(ctx, "GetVerificationRecords", req.GetUris())
+	if err != nil {
+		return nil, err
+	}
+	return &bsky.GetVerificationRecordsResponse{Records: recs}, nil
+}

@@ -48,9 +48,11 @@ type Result struct {
 	FromCache bool
 }
 
-// Counts summarises where a batch's answers came from.
+// Counts summarises where a batch's answers came from. Invalid counts
+// items answered as missing because their URI cannot name a stored record
+// (set by services that answer such URIs instead of refusing them).
 type Counts struct {
-	FromCache, FromStore, NotFound int
+	FromCache, FromStore, NotFound, Invalid int
 }
 
 // Service reads and writes records of one collection through the cache.

@@ -67,7 +67,7 @@ func (t *Telemetry) NewRequests() (*Requests, error) {
 		return nil, err
 	}
 	if r.items, err = m.Int64Counter("sluice.items",
-		metric.WithDescription("Items answered, by client, method and source (cache, store, not_found).")); err != nil {
+		metric.WithDescription("Items answered, by client, method and source (cache, store, not_found, invalid).")); err != nil {
 		return nil, err
 	}
 	return r, nil
@@ -121,8 +121,8 @@ func (r *Requests) RecordItems(ctx context.Context, method string, c posts.Count
 		full = method
 	}
 	set := r.attrs(ctx, client, full)
-	r.t.stats.served(client, c.FromCache, c.FromStore, c.NotFound)
-	for source, n := range map[string]int{"cache": c.FromCache, "store": c.FromStore, "not_found": c.NotFound} {
+	r.t.stats.served(client, c.FromCache, c.FromStore, c.NotFound+c.Invalid)
+	for source, n := range map[string]int{"cache": c.FromCache, "store": c.FromStore, "not_found": c.NotFound, "invalid": c.Invalid} {
 		if n > 0 {
 			r.items.Add(ctx, int64(n), metric.WithAttributeSet(set), metric.WithAttributes(attribute.String("source", source)))
 		}
