@@ -39,8 +39,10 @@ generate-check: generate ## make generate, then fail if api/ or test/appview/gen
 	@new=$$(git ls-files --others --exclude-standard -- api/ test/appview/gen); \
 	test -z "$$new" || { echo "generate-check: make generate wrote files that are not committed:"; echo "$$new"; exit 1; }
 
-vet: ## go vet, gofmt, staticcheck (pinned, installed into .tools/)
+vet: ## go vet, the structure analyzer (internal/structcheck), gofmt, staticcheck (pinned, installed into .tools/)
 	$(GO) vet ./...
+	$(GO) build -o .tools/bin/sluice-vet ./cmd/sluice-vet
+	$(GO) vet -vettool="$$PWD/.tools/bin/sluice-vet" ./...
 	"$$(scripts/tools.sh staticcheck)" ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 

@@ -31,7 +31,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/store/cqlstore"
 	"github.com/sluice-dev/sluice/internal/telemetry"
 	"go.opentelemetry.io/otel/trace"
-	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 )
@@ -257,17 +256,24 @@ func (a *App) Serve(ctx context.Context, grpcLis, httpLis net.Listener) error {
 	a.log.Info("sluice serving", "grpc", grpcLis.Addr().String(), "admin", httpLis.Addr().String(),
 		"memcached", a.cfg.Cache.Servers, "memcached_max_conns", a.cfg.Cache.MaxConnsPerServer,
 		"store", a.cfg.storeName(), "tls", a.cfg.TLS.Enabled(), "note", a.trustNote(grpcLis.Addr()))
-	g := new(errgroup.Group)
-	g.SetLimit(3)
-	g.Go(func() error { return a.Guard.Serve(grpcLis) })
-	g.Go(func() error { return a.Admin.Serve(httpLis) })
+	// Three lifecycle goroutines, each sending its result once; Serve
+	// returns the first error after all three have ended.
+	const servers = 3
+	done := make(chan error, servers)
+	go func() { done <- a.Guard.Serve(grpcLis) }()
+	go func() { done <- a.Admin.Serve(httpLis) }()
 	a.Guard.SetServing(true)
 	a.Admin.SetReady(true)
-	g.Go(func() error {
+	go func() {
 		<-ctx.Done()
-		return a.drain()
-	})
-	err := g.Wait()
+		done <- a.drain()
+	}()
+	var err error
+	for range servers {
+		if e := <-done; err == nil {
+			err = e
+		}
+	}
 	a.log.Info("sluice stopped")
 	return err
 }

@@ -1,0 +1,16 @@
+// Package admin calls a wrapper of another package.
+package admin
+
+import (
+	"google.golang.org/grpc"
+
+	"github.com/sluice-dev/sluice/internal/rpc"
+)
+
+// Evasion: the wrapper called from another package.
+func Setup(r grpc.ServiceRegistrar) { // want Setup:"registers"
+	rpc.Wire(r) // want `register: internal/rpc.Wire registers a gRPC service \(RegisterService in internal/rpc.install\)`
+}
+
+// Allowed: calling a handler.
+func Echo() string { return rpc.Handle("x") }
