@@ -61,10 +61,10 @@ func Spawner() { // want Spawner:"starts"
 
 // Evasion: errgroup.Go in a read-path package, limit or not.
 func ReadPathErrgroup(ctx context.Context) error { // want ReadPathErrgroup:"starts"
-	g, ctx := errgroup.WithContext(ctx) // want `errgroup: errgroup.WithContext in internal/posts.ReadPathErrgroup: errgroups exist only at listed fan-out sites`
-	g.SetLimit(4)                       // want `errgroup: errgroup.\(\*Group\).SetLimit`
+	g, ctx := errgroup.WithContext(ctx)     // want `errgroup: errgroup.WithContext in internal/posts.ReadPathErrgroup: errgroups exist only at listed fan-out sites`
+	g.SetLimit(4)                           // want `errgroup: errgroup.\(\*Group\).SetLimit`
 	g.Go(func() error { return ctx.Err() }) // want `errgroup: errgroup.\(\*Group\).Go` `goroutine: \(\*errgroup.Group\).Go in internal/posts.ReadPathErrgroup`
-	return g.Wait() // want `errgroup: errgroup.\(\*Group\).Wait`
+	return g.Wait()                         // want `errgroup: errgroup.\(\*Group\).Wait`
 }
 
 // Allowed: parallel work through the fan-out, and the sanctioned
