@@ -151,7 +151,7 @@ func (p *pkgCheck) propagate() {
 		if fi.startsDirect != "" && p.carriesStarts(fi) {
 			fi.starts = &startsFact{How: fi.startsDirect + " in " + qualified(fi.obj)}
 		}
-		if fi.regDirect != "" && p.rel != guardDir {
+		if fi.regDirect != "" && p.carriesRegisters(fi) {
 			fi.registers = &registersFact{How: fi.regDirect + " in " + qualified(fi.obj)}
 		}
 	}
@@ -170,7 +170,7 @@ func (p *pkgCheck) propagate() {
 						fi.starts, changed = &startsFact{How: sf.How}, true
 					}
 				}
-				if fi.registers == nil && p.rel != guardDir {
+				if fi.registers == nil && p.carriesRegisters(fi) {
 					if rf := p.registersOf(ev.callee); rf != nil {
 						fi.registers, changed = &registersFact{How: rf.How}, true
 					}
@@ -196,6 +196,17 @@ func (p *pkgCheck) propagate() {
 // errgroup sites of the allow-list.
 func (p *pkgCheck) carriesStarts(fi *funcInfo) bool {
 	return fi.site == nil || fi.site.Kind == Spawner
+}
+
+// carriesRegisters reports whether a function that registers passes that
+// on: every function does but the guard's and the unguarded sites.
+func (p *pkgCheck) carriesRegisters(fi *funcInfo) bool {
+	return p.rel != guardDir && (fi.site == nil || fi.site.Kind != Unguarded)
+}
+
+// mayRegister reports whether registering is allowed in fi.
+func (p *pkgCheck) mayRegister(fi *funcInfo) bool {
+	return p.rel == guardDir || fi.site != nil && fi.site.Kind == Unguarded
 }
 
 func (p *pkgCheck) startsOf(fn *types.Func) *startsFact {
@@ -238,7 +249,7 @@ func (p *pkgCheck) report() {
 		for _, ev := range fi.events {
 			p.reportEvent(fi, kind, ev)
 		}
-		if fi.site != nil && fi.site.Kind == ErrgroupSite {
+		if fi.site != nil && (fi.site.Kind == ErrgroupSite || fi.site.Kind == Unguarded) {
 			p.checkGroups(fi, kind == testCode)
 		}
 	}
@@ -248,11 +259,11 @@ func (p *pkgCheck) reportEvent(fi *funcInfo, kind fileKind, ev event) {
 	site := fi.site
 	switch ev.kind {
 	case evRegister:
-		if p.rel != guardDir {
+		if !p.mayRegister(fi) {
 			p.reportf(ev.pos, "register", "%s in %s; only internal/guard registers services, through guard.Server.Register, which requires a policy for every method", ev.desc, fi.where())
 		}
 	case evRef:
-		if rf := p.registersOf(ev.callee); rf != nil && p.rel != guardDir {
+		if rf := p.registersOf(ev.callee); rf != nil && !p.mayRegister(fi) {
 			p.reportf(ev.pos, "register", "%s registers a gRPC service (%s); only internal/guard registers services, through guard.Server.Register", qualified(ev.callee), rf.How)
 		}
 		sf := p.startsOf(ev.callee)
@@ -272,7 +283,7 @@ func (p *pkgCheck) reportEvent(fi *funcInfo, kind fileKind, ev event) {
 			p.reportf(ev.pos, "goroutine", "%s in %s starts a goroutine outside the listed lifecycle sites; run request work through fanout.Each, or list the site in internal/structcheck/allow.go with its reason", ev.desc, fi.where())
 		}
 	case evErrgroup:
-		if kind == testCode || site != nil && site.Kind == ErrgroupSite {
+		if kind == testCode || site != nil && (site.Kind == ErrgroupSite || site.Kind == Unguarded) {
 			return
 		}
 		p.reportf(ev.pos, "errgroup", "%s in %s: errgroups exist only at listed fan-out sites (on the server, fanout.Each); use fanout.Each, or list a client-side site in internal/structcheck/allow.go", ev.desc, fi.where())

@@ -130,6 +130,16 @@ func (p *pkgCheck) reportf(pos token.Pos, rule, format string, args ...any) {
 
 func (p *pkgCheck) isTestSupport(rel string) bool { return slices.Contains(p.testSupport, rel) }
 
+// isUnguarded reports whether the package has an Unguarded site.
+func (p *pkgCheck) isUnguarded(rel string) bool {
+	for key, site := range p.allowed {
+		if site.Kind == Unguarded && strings.HasPrefix(key, rel+".") && !strings.Contains(key[len(rel)+1:], "/") {
+			return true
+		}
+	}
+	return false
+}
+
 // classify tells test code, generated code and hand-written code apart,
 // and reports hand-written files in the generated-code directories.
 func (p *pkgCheck) classify(f *ast.File) fileKind {
@@ -155,8 +165,12 @@ func (p *pkgCheck) checkImports(f *ast.File) {
 	}
 	for _, imp := range f.Imports {
 		path := strings.Trim(imp.Path.Value, `"`)
-		if rel, ok := relDir(path); ok && p.isTestSupport(rel) {
+		rel, ok := relDir(path)
+		if ok && p.isTestSupport(rel) {
 			p.reportf(imp.Pos(), "testsupport", "%s is test-support code (it may start goroutines freely); only tests may import it", rel)
+		}
+		if ok && p.isUnguarded(rel) && p.rel != "bench" && !strings.HasPrefix(p.rel, "bench/") {
+			p.reportf(imp.Pos(), "unguarded", "%s is a benchmark baseline, unguarded on purpose; only packages under bench/ may import it", rel)
 		}
 	}
 }
@@ -210,6 +224,9 @@ func (p *pkgCheck) checkEntries() {
 		switch {
 		case fi == nil:
 			p.reportf(p.pass.Files[0].Package, "allowlist", "entry %q names no function of this package; remove or rename it", key)
+		case site.Kind == Unguarded && fi.startsDirect == "" && fi.regDirect == "" && !fi.makesGroup:
+			p.reportf(fi.decl.Pos(), "allowlist", "entry %q is unguarded but %s registers nothing and starts nothing; remove the entry", key, fi.decl.Name.Name)
+		case site.Kind == Unguarded:
 		case site.Kind == ErrgroupSite && !fi.makesGroup:
 			p.reportf(fi.decl.Pos(), "allowlist", "entry %q is an errgroup site but %s creates no errgroup; remove the entry", key, fi.decl.Name.Name)
 		case site.Kind != ErrgroupSite && fi.startsDirect == "":

@@ -4,6 +4,7 @@ package admin
 import (
 	"google.golang.org/grpc"
 
+	"github.com/sluice-dev/sluice/bench/baseline" // want `unguarded: bench/baseline is a benchmark baseline, unguarded on purpose; only packages under bench/ may import it`
 	"github.com/sluice-dev/sluice/internal/rpc"
 )
 
@@ -14,3 +15,8 @@ func Setup(r grpc.ServiceRegistrar) { // want Setup:"registers"
 
 // Allowed: calling a handler.
 func Echo() string { return rpc.Handle("x") }
+
+// Evasion: serving the unguarded baseline from sluice.
+func Baseline() { // want Baseline:"registers"
+	_ = baseline.NewServer() // want `register: a \*grpc.Server value in internal/admin.Baseline`
+}
