@@ -80,4 +80,4 @@ func lifecycle(reason string) Site    { return Site{Lifecycle, reason} }
 func spawner(reason string) Site      { return Site{Spawner, reason} }
 func errgroupSite(reason string) Site { return Site{ErrgroupSite, reason} }
 
-func unguarded(reason string) Site    { return Site{Unguarded, reason} }
+func unguarded(reason string) Site { return Site{Unguarded, reason} }
