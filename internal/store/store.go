@@ -28,7 +28,31 @@ type Record struct {
 	JSON      []byte    // the record's JSON encoding
 	CreatedAt time.Time // when the author created the record
 	IndexedAt time.Time // when the record was indexed
+
+	// Moderation state, kept beside the record as the AppView's record
+	// table keeps it. A record with a TakedownRef is taken down.
+	TakedownRef string   // the takedown's reference; empty when not taken down
+	Tags        []string // moderation tags, in the order written
+
+	// Gates is derived state of a post, computed by the writer when the
+	// post or one of its gate records is written; zero for other records.
+	Gates Gates
 }
+
+// Gates is a post's gate state, as the AppView's post table keeps it.
+type Gates struct {
+	HasThreadGate          bool // a thread-gate record exists for the post
+	HasPostGate            bool // a post-gate record exists for the post
+	ViolatesThreadGate     bool // the post is a reply its root's thread-gate disallows
+	ViolatesEmbeddingRules bool // the post quotes a post whose post-gate disallows it
+}
+
+// Limits on moderation state every backend accepts (Check enforces them).
+const (
+	MaxTakedownRefBytes = 1024
+	MaxTags             = 64
+	MaxTagBytes         = 256
+)
 
 // Errors returned by every backend, usually wrapped with detail. Match them
 // with errors.Is.
@@ -70,9 +94,13 @@ type Store interface {
 
 // Check reports why r cannot be stored by a backend whose limits are
 // maxURI bytes of URI and maxJSON bytes of record, wrapping ErrInvalid:
-// an empty or too long URI, too much JSON, or JSON that does not parse.
-// Backends call it for every record before writing any.
+// an empty or too long URI, too much JSON, JSON that does not parse, or
+// moderation state over its limits. Backends call it for every record
+// before writing any.
 func Check(r Record, maxURI, maxJSON int) error {
+	if err := CheckModeration(r.TakedownRef, r.Tags); err != nil {
+		return err
+	}
 	switch {
 	case r.URI == "":
 		return fmt.Errorf("%w: empty URI", ErrInvalid)
@@ -82,6 +110,23 @@ func Check(r Record, maxURI, maxJSON int) error {
 		return fmt.Errorf("%w: JSON is %d bytes, over the %d-byte limit", ErrInvalid, len(r.JSON), maxJSON)
 	case !json.Valid(r.JSON):
 		return fmt.Errorf("%w: JSON is not valid", ErrInvalid)
+	}
+	return nil
+}
+
+// CheckModeration reports why a takedown reference or tags cannot be
+// stored, wrapping ErrInvalid and naming the limit.
+func CheckModeration(takedownRef string, tags []string) error {
+	switch {
+	case len(takedownRef) > MaxTakedownRefBytes:
+		return fmt.Errorf("%w: takedown_ref is %d bytes, over the %d-byte limit", ErrInvalid, len(takedownRef), MaxTakedownRefBytes)
+	case len(tags) > MaxTags:
+		return fmt.Errorf("%w: %d tags, over the limit of %d", ErrInvalid, len(tags), MaxTags)
+	}
+	for i, tag := range tags {
+		if tag == "" || len(tag) > MaxTagBytes {
+			return fmt.Errorf("%w: tags[%d] is %d bytes; a tag is 1 to %d bytes", ErrInvalid, i, len(tag), MaxTagBytes)
+		}
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -66,6 +67,7 @@ func rec(i int) store.Record {
 // sameRecord reports whether a and b are equal at microsecond precision.
 func sameRecord(a, b store.Record) bool {
 	return a.URI == b.URI && a.CID == b.CID && bytes.Equal(a.JSON, b.JSON) &&
+		a.TakedownRef == b.TakedownRef && slices.Equal(a.Tags, b.Tags) && a.Gates == b.Gates &&
 		a.CreatedAt.Truncate(time.Microsecond).Equal(b.CreatedAt.Truncate(time.Microsecond)) &&
 		a.IndexedAt.Truncate(time.Microsecond).Equal(b.IndexedAt.Truncate(time.Microsecond))
 }

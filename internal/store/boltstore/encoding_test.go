@@ -18,6 +18,8 @@ func TestEncodingRoundTrip(t *testing.T) {
 		{"typical", rec(1)},
 		{"zero times and empty CID", store.Record{JSON: []byte(`{}`)}},
 		{"before 1970", store.Record{CID: "c", JSON: []byte(`[]`), CreatedAt: time.Date(1969, 7, 20, 20, 17, 0, 999, time.UTC)}},
+		{"moderation and gates", store.Record{CID: "c", JSON: []byte(`{}`), TakedownRef: "t:1", Tags: []string{"a", "bb"},
+			Gates: store.Gates{HasPostGate: true, ViolatesThreadGate: true}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -30,6 +32,24 @@ func TestEncodingRoundTrip(t *testing.T) {
 				t.Fatalf("round trip = %+v, want %+v", got, tt.rec)
 			}
 		})
+	}
+}
+
+// Tests that a version 1 value, written before moderation state existed,
+// still decodes, as a record with none.
+func TestDecodeVersion1(t *testing.T) {
+	want := rec(1)
+	v := encodeValue(want)
+	// Version 1 is version 2 without the trailing moderation and gate
+	// fields: an empty takedown, no tags, no flags (three bytes).
+	v1 := append([]byte{encodingV1}, v[1:len(v)-3]...)
+	got, err := decodeValue(v1)
+	if err != nil {
+		t.Fatalf("decodeValue(v1): %v", err)
+	}
+	got.URI = want.URI
+	if !sameRecord(got, want) || got.TakedownRef != "" || got.Tags != nil || got.Gates != (store.Gates{}) {
+		t.Fatalf("v1 decoded as %+v", got)
 	}
 }
 

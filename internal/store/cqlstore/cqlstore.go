@@ -56,9 +56,9 @@ const (
 // The statements, constant so the driver prepares each once per host; the
 // partition key is always bound, so the token-aware policy can route.
 const (
-	selectRecord = `SELECT cid, json, created_at_us, indexed_at_us FROM records WHERE uri = ?`
+	selectRecord = `SELECT cid, json, created_at_us, indexed_at_us, takedown_ref, tags, gate_flags FROM records WHERE uri = ?`
 	selectExists = `SELECT uri FROM records WHERE uri = ?`
-	insertRecord = `INSERT INTO records (uri, cid, json, created_at_us, indexed_at_us) VALUES (?, ?, ?, ?, ?)`
+	insertRecord = `INSERT INTO records (uri, cid, json, created_at_us, indexed_at_us, takedown_ref, tags, gate_flags) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
 	deleteRecord = `DELETE FROM records WHERE uri = ?`
 )
 
@@ -170,8 +170,9 @@ func (s *Store) get(ctx context.Context, uri string) (store.Record, error) {
 	defer release()
 	r := store.Record{URI: uri}
 	var created, indexed int64
+	var flags int
 	err = s.run(func() error {
-		return s.idempotent(s.read().Query(selectRecord, uri), ctx).Scan(&r.CID, &r.JSON, &created, &indexed)
+		return s.idempotent(s.read().Query(selectRecord, uri), ctx).Scan(&r.CID, &r.JSON, &created, &indexed, &r.TakedownRef, &r.Tags, &flags)
 	})
 	switch {
 	case errors.Is(err, gocql.ErrNotFound):
@@ -183,6 +184,10 @@ func (s *Store) get(ctx context.Context, uri string) (store.Record, error) {
 		r.JSON = []byte{}
 	}
 	r.CreatedAt, r.IndexedAt = time.UnixMicro(created).UTC(), time.UnixMicro(indexed).UTC()
+	r.Gates = gatesOf(flags)
+	if len(r.Tags) == 0 {
+		r.Tags = nil
+	}
 	return r, nil
 }
 
@@ -212,7 +217,7 @@ func (s *Store) put(ctx context.Context, recs []store.Record) error {
 	ts := time.Now().UnixMicro()
 	return fanout.Each(ctx, len(recs), func(ctx context.Context, i int) error {
 		r := recs[i]
-		q := s.write().Query(insertRecord, r.URI, r.CID, r.JSON, r.CreatedAt.UnixMicro(), r.IndexedAt.UnixMicro())
+		q := s.write().Query(insertRecord, r.URI, r.CID, r.JSON, r.CreatedAt.UnixMicro(), r.IndexedAt.UnixMicro(), r.TakedownRef, r.Tags, gateFlags(r.Gates))
 		return s.exec(ctx, q.WithTimestamp(ts), "insert "+short(r.URI))
 	})
 }
@@ -238,6 +243,24 @@ func lastPerURI(recs []store.Record) []store.Record {
 
 // validate reports why r cannot be stored, wrapping store.ErrInvalid.
 func validate(r store.Record) error { return store.Check(r, MaxURILength, MaxRecordBytes) }
+
+// gateFlags packs a post's gate state into the gate_flags column: bit 0
+// HasThreadGate, 1 HasPostGate, 2 ViolatesThreadGate, 3
+// ViolatesEmbeddingRules. A row written before the column existed reads
+// as zero.
+func gateFlags(g store.Gates) int {
+	f := 0
+	for i, set := range []bool{g.HasThreadGate, g.HasPostGate, g.ViolatesThreadGate, g.ViolatesEmbeddingRules} {
+		if set {
+			f |= 1 << i
+		}
+	}
+	return f
+}
+
+func gatesOf(f int) store.Gates {
+	return store.Gates{HasThreadGate: f&1 != 0, HasPostGate: f&2 != 0, ViolatesThreadGate: f&4 != 0, ViolatesEmbeddingRules: f&8 != 0}
+}
 
 // Delete removes the records stored under uris and returns how many
 // existed. Each URI is checked with a SELECT and deleted with a DELETE,

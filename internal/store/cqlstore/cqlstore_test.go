@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -94,6 +95,51 @@ func TestMigrateTwiceIsNoOp(t *testing.T) {
 	defer s.Close()
 	if _, err := s.Get(testContext(t), "at://did:plc:x/app.bsky.feed.post/3k"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("Get on the migrated keyspace: %v, want ErrNotFound", err)
+	}
+}
+
+// Tests the upgrade from schema 1: a keyspace holding a record written
+// before moderation state existed, and a column of migration 2 already
+// added by an interrupted run, migrates to the current schema; the old
+// record reads with no moderation state and new records keep theirs.
+func TestMigrateFromVersion1(t *testing.T) {
+	addr := testenv.Cassandra(t)
+	ks := "sluice_test_migrate_v1" + os.Getenv("SLUICE_TEST_KEYSPACE_SUFFIX")
+	cqltest.Exec(t, addr, "DROP KEYSPACE IF EXISTS "+ks)
+	cqltest.Exec(t, addr, "CREATE KEYSPACE "+ks+" WITH replication = {'class': 'NetworkTopologyStrategy', 'datacenter1': 1}")
+	cqltest.Exec(t, addr, "CREATE TABLE "+ks+".records (uri text PRIMARY KEY, cid text, json blob, created_at_us bigint, indexed_at_us bigint)")
+	cqltest.Exec(t, addr, "CREATE TABLE "+ks+".schema_migrations (version int PRIMARY KEY, description text, applied_at timestamp)")
+	cqltest.Exec(t, addr, "INSERT INTO "+ks+".schema_migrations (version, description, applied_at) VALUES (1, 'records table keyed by uri', toTimestamp(now()))")
+	const old = "at://did:plc:old/app.bsky.feed.post/3kold"
+	cqltest.Exec(t, addr, "INSERT INTO "+ks+".records (uri, cid, json, created_at_us, indexed_at_us) VALUES (?, 'bafyold', textAsBlob('{}'), 1, 2)", old)
+	cqltest.Exec(t, addr, "ALTER TABLE "+ks+".records ADD takedown_ref text")
+
+	cfg := cqlstore.DefaultConfig()
+	cfg.Hosts, cfg.Keyspace = []string{addr}, ks
+	rf, err := cqlstore.ParseReplication("datacenter1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := cqlstore.Migrate(testContext(t), cfg, rf, func(string, ...any) {})
+	if err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	if len(res.Applied) != 1 || res.Applied[0] != 2 || res.Version != cqlstore.SchemaVersion {
+		t.Fatalf("Migrate = %+v, want migration 2 applied", res)
+	}
+	s := mustOpen(t, cfg)
+	defer s.Close()
+	got, err := s.Get(testContext(t), old)
+	if err != nil || got.CID != "bafyold" || got.TakedownRef != "" || got.Tags != nil || got.Gates != (store.Gates{}) {
+		t.Fatalf("old record = %+v, %v", got, err)
+	}
+	fresh := store.Record{URI: "at://did:plc:new/app.bsky.feed.post/3knew", CID: "bafynew", JSON: []byte(`{}`),
+		TakedownRef: "t", Tags: []string{"x"}, Gates: store.Gates{HasPostGate: true}}
+	if err := s.Put(testContext(t), []store.Record{fresh}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err = s.Get(testContext(t), fresh.URI); err != nil || got.TakedownRef != "t" || len(got.Tags) != 1 || !got.Gates.HasPostGate {
+		t.Fatalf("new record = %+v, %v", got, err)
 	}
 }
 

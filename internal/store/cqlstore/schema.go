@@ -14,16 +14,21 @@ import (
 )
 
 // SchemaVersion is the newest schema this build writes and reads.
-const SchemaVersion = 1
+const SchemaVersion = 2
 
 // migration is one step of the schema; its statements are idempotent on
-// their own (IF NOT EXISTS), so a step interrupted half-way is re-run
-// whole.
+// their own (IF NOT EXISTS), and its added columns are added only when
+// system_schema does not list them yet, so a step interrupted half-way is
+// re-run whole.
 type migration struct {
 	version     int
 	description string
 	statements  []string
+	addColumns  []column // ALTER TABLE … ADD, each only if missing
 }
+
+// column is one column a migration adds to a table.
+type column struct{ table, name, cqlType string }
 
 // migrations are applied in order. A released step is never edited: a
 // change is a new step. Table names are unqualified; the session's
@@ -38,6 +43,14 @@ var migrations = []migration{{
 		created_at_us bigint,
 		indexed_at_us bigint
 	) WITH comment = 'sluice records: one partition per AT-URI; times in microseconds since the Unix epoch'`},
+}, {
+	version:     2,
+	description: "moderation state (takedown_ref, tags) and post gate flags beside each record",
+	addColumns: []column{
+		{"records", "takedown_ref", "text"},
+		{"records", "tags", "list<text>"},
+		{"records", "gate_flags", "int"},
+	},
 }}
 
 // createMigrationsTable holds one row per applied migration.
@@ -187,7 +200,7 @@ func migrate(ctx context.Context, cfg Config, r Replication, logf func(string, .
 		if applied[m.version] {
 			continue
 		}
-		if err := apply(ctx, s, m, logf); err != nil {
+		if err := apply(ctx, s, cfg.Keyspace, m, logf); err != nil {
 			return res, err
 		}
 		res.Applied = append(res.Applied, m.version)
@@ -247,17 +260,40 @@ func lastVersion(applied map[int]bool) int {
 }
 
 // apply runs one migration's statements, then records it.
-func apply(ctx context.Context, s *gocql.Session, m migration, logf func(string, ...any)) error {
+func apply(ctx context.Context, s *gocql.Session, keyspace string, m migration, logf func(string, ...any)) error {
 	logf("applying migration %d: %s", m.version, m.description)
 	for _, stmt := range m.statements {
 		if err := s.Query(stmt).WithContext(ctx).Exec(); err != nil {
 			return unavailable(fmt.Sprintf("migration %d", m.version), err)
 		}
 	}
+	for _, c := range m.addColumns {
+		if err := addColumn(ctx, s, keyspace, c); err != nil {
+			return fmt.Errorf("migration %d: %w", m.version, err)
+		}
+	}
 	err := s.Query(`INSERT INTO schema_migrations (version, description, applied_at) VALUES (?, ?, ?)`,
 		m.version, m.description, time.Now()).WithContext(ctx).Exec()
 	if err != nil {
 		return unavailable(fmt.Sprintf("record migration %d", m.version), err)
+	}
+	return nil
+}
+
+// addColumn adds c unless the session keyspace's table already has it.
+func addColumn(ctx context.Context, s *gocql.Session, keyspace string, c column) error {
+	var have string
+	err := s.Query(`SELECT column_name FROM system_schema.columns WHERE keyspace_name = ? AND table_name = ? AND column_name = ?`,
+		keyspace, c.table, c.name).WithContext(ctx).Scan(&have)
+	switch {
+	case err == nil:
+		return nil
+	case !errors.Is(err, gocql.ErrNotFound):
+		return unavailable("read columns of "+c.table, err)
+	}
+	stmt := fmt.Sprintf("ALTER TABLE %s ADD %s %s", c.table, c.name, c.cqlType)
+	if err := s.Query(stmt).WithContext(ctx).Exec(); err != nil {
+		return unavailable(fmt.Sprintf("add column %s.%s", c.table, c.name), err)
 	}
 	return nil
 }

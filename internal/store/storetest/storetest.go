@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -49,6 +50,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"PutDoesNotRetainJSON", testPutDoesNotRetainJSON},
 		{"CancelledContext", testCancelledContext},
 		{"Concurrent", testConcurrent},
+		{"ModerationState", testModerationState},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -116,6 +118,12 @@ func diff(want, got store.Record) string {
 		return fmt.Sprintf("CreatedAt = %v, want %v", got.CreatedAt, want.CreatedAt)
 	case !got.IndexedAt.Truncate(us).Equal(want.IndexedAt.Truncate(us)):
 		return fmt.Sprintf("IndexedAt = %v, want %v", got.IndexedAt, want.IndexedAt)
+	case got.TakedownRef != want.TakedownRef:
+		return fmt.Sprintf("TakedownRef = %q, want %q", got.TakedownRef, want.TakedownRef)
+	case !slices.Equal(got.Tags, want.Tags):
+		return fmt.Sprintf("Tags = %q, want %q", got.Tags, want.Tags)
+	case got.Gates != want.Gates:
+		return fmt.Sprintf("Gates = %+v, want %+v", got.Gates, want.Gates)
 	}
 	return ""
 }
@@ -339,4 +347,39 @@ func checkHot(ctx context.Context, s store.Store) error {
 		return fmt.Errorf("get hot: torn record: CID %q with JSON %s", got.CID, got.JSON)
 	}
 	return nil
+}
+
+// testModerationState checks that a takedown reference, tags and gate
+// state round-trip, that replacing the record replaces them (a record
+// written without them has none), and that over-limit state is refused.
+func testModerationState(ctx context.Context, t *testing.T, s store.Store) {
+	r := record(1, 1)
+	r.TakedownRef = "mod-action:42"
+	r.Tags = []string{"hide", "rank:-1"}
+	r.Gates = store.Gates{HasThreadGate: true, ViolatesEmbeddingRules: true}
+	mustPut(ctx, t, s, r)
+	got, err := s.Get(ctx, r.URI)
+	if err != nil {
+		t.Fatalf("Get: %v", err)
+	}
+	if d := diff(r, got); d != "" {
+		t.Errorf("with moderation state: %s", d)
+	}
+	plain := record(1, 2)
+	mustPut(ctx, t, s, plain)
+	if got, err = s.Get(ctx, r.URI); err != nil {
+		t.Fatalf("Get: %v", err)
+	}
+	if d := diff(plain, got); d != "" {
+		t.Errorf("after replacing without moderation state: %s", d)
+	}
+	bad := record(2, 1)
+	bad.Tags = []string{""}
+	if err := s.Put(ctx, []store.Record{bad}); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("Put with an empty tag = %v, want ErrInvalid", err)
+	}
+	bad.Tags, bad.TakedownRef = nil, string(make([]byte, store.MaxTakedownRefBytes+1))
+	if err := s.Put(ctx, []store.Record{bad}); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("Put with an over-long takedown_ref = %v, want ErrInvalid", err)
+	}
 }
