@@ -52,7 +52,11 @@
 // 1 to MaxConstLimit, or come from configuration: a struct field, a call
 // of a module function (a policy or config accessor), a parameter of the
 // site, or len, min or max of those. Negative, zero, unbounded (^0, 0-1,
-// math.MaxInt, a constant -1) and local-variable limits are refused.
+// math.MaxInt, a constant -1) and local-variable limits are refused. A
+// parameter that becomes a limit carries a fact, through callers that pass
+// their own parameter on, and a constant passed for it anywhere in the
+// module is checked as the limit itself, so f(-1) cannot stand in for
+// SetLimit(-1).
 //
 // generated: a file is generated code only if it lies under api/ or
 // test/appview/gen, its header names protoc-gen-go or protoc-gen-go-grpc

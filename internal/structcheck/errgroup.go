@@ -263,7 +263,11 @@ func (g *groupCheck) configured(e ast.Expr) bool {
 		return sel != nil && sel.Kind() == types.FieldVal
 	case *ast.Ident:
 		v, ok := info.Uses[e].(*types.Var)
-		return ok && g.isParam(v)
+		if i := paramIndex(g.fi, v); ok && i >= 0 {
+			g.fi.limitParams[i] = true
+			return true
+		}
+		return false
 	case *ast.CallExpr:
 		if info.Types[e.Fun].IsType() && len(e.Args) == 1 {
 			return g.configured(e.Args[0])
@@ -288,14 +292,18 @@ func (g *groupCheck) configured(e ast.Expr) bool {
 	return false
 }
 
-func (g *groupCheck) isParam(v *types.Var) bool {
-	params := g.fi.obj.Signature().Params()
+// paramIndex returns the index of v among fi's parameters, or -1.
+func paramIndex(fi *funcInfo, v *types.Var) int {
+	if fi.obj == nil || v == nil {
+		return -1
+	}
+	params := fi.obj.Signature().Params()
 	for i := range params.Len() {
 		if params.At(i) == v {
-			return true
+			return i
 		}
 	}
-	return false
+	return -1
 }
 
 // isGroup reports whether t is errgroup.Group or *errgroup.Group.

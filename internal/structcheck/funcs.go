@@ -23,8 +23,9 @@ type funcInfo struct {
 	regDirect    string // the first registration it makes itself
 	makesGroup   bool   // it creates an errgroup
 
-	starts    *startsFact
-	registers *registersFact
+	starts      *startsFact
+	registers   *registersFact
+	limitParams map[int]bool // parameters that become an errgroup limit
 }
 
 type eventKind int
@@ -48,7 +49,7 @@ type event struct {
 func (p *pkgCheck) collect() {
 	for _, f := range p.pass.Files {
 		for _, decl := range f.Decls {
-			fi := &funcInfo{node: decl, file: f}
+			fi := &funcInfo{node: decl, file: f, limitParams: map[int]bool{}}
 			if fd, ok := decl.(*ast.FuncDecl); ok {
 				if fd.Body == nil {
 					continue
@@ -178,8 +179,9 @@ func (p *pkgCheck) propagate() {
 			}
 		}
 	}
+	p.propagateLimits()
 	for _, fi := range p.funcs {
-		if strings.HasSuffix(p.pass.Fset.File(fi.file.Pos()).Name(), "_test.go") {
+		if p.inTestFile(fi) {
 			continue // nothing outside the test binary can call it
 		}
 		if fi.starts != nil {
@@ -189,6 +191,10 @@ func (p *pkgCheck) propagate() {
 			p.pass.ExportObjectFact(fi.obj, fi.registers)
 		}
 	}
+}
+
+func (p *pkgCheck) inTestFile(fi *funcInfo) bool {
+	return strings.HasSuffix(p.pass.Fset.File(fi.file.Pos()).Name(), "_test.go")
 }
 
 // carriesStarts reports whether a function that starts goroutines passes
@@ -249,7 +255,17 @@ func (p *pkgCheck) report() {
 		for _, ev := range fi.events {
 			p.reportEvent(fi, kind, ev)
 		}
-		if fi.site != nil && (fi.site.Kind == ErrgroupSite || fi.site.Kind == Unguarded) {
+		if kind != testCode {
+			p.checkLimitArgs(fi)
+		}
+	}
+}
+
+// groups applies the errgroup rule to every listed errgroup site, noting
+// which of their parameters become limits.
+func (p *pkgCheck) groups() {
+	for _, fi := range p.funcs {
+		if kind := p.kinds[fi.file]; kind != generated && fi.site != nil && (fi.site.Kind == ErrgroupSite || fi.site.Kind == Unguarded) {
 			p.checkGroups(fi, kind == testCode)
 		}
 	}

@@ -27,7 +27,7 @@ func New(allowed map[string]Site, testSupport []string) *analysis.Analyzer {
 		Name:      "structcheck",
 		Doc:       "sluice's structure rules: only the guard registers services, goroutines start only at listed lifecycle sites, errgroups only at listed sites with a real limit, generated code only from protoc",
 		Run:       c.run,
-		FactTypes: []analysis.Fact{new(startsFact), new(registersFact)},
+		FactTypes: []analysis.Fact{new(startsFact), new(registersFact), new(limitFact)},
 	}
 }
 
@@ -49,6 +49,14 @@ type registersFact struct{ How string }
 
 func (*registersFact) AFact()           {}
 func (f *registersFact) String() string { return "registers(" + f.How + ")" }
+
+// limitFact marks a module function some of whose parameters become an
+// errgroup limit, directly or through the functions it calls, so that a
+// constant passed for one is checked like a constant limit.
+type limitFact struct{ Params []int }
+
+func (*limitFact) AFact()           {}
+func (f *limitFact) String() string { return fmt.Sprintf("limit%v", f.Params) }
 
 // guardDir is the one package that may register services.
 const guardDir = "internal/guard"
@@ -111,6 +119,7 @@ func (c *config) run(pass *analysis.Pass) (any, error) {
 		p.checkImports(f)
 	}
 	p.collect()
+	p.groups()
 	p.propagate()
 	p.report()
 	p.checkEntries()

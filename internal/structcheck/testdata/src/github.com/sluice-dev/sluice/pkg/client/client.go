@@ -19,7 +19,7 @@ type Client struct {
 func (c *Client) policy() int { return c.max }
 
 // Allowed: limits from configuration, a parameter, a bounded constant.
-func (c *Client) GetPostRecords(ctx context.Context, uris []string, n int) error {
+func (c *Client) GetPostRecords(ctx context.Context, uris []string, n int) error { // want GetPostRecords:"limit\\[2\\]"
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(c.limits.Parallelism)
 	h := new(errgroup.Group)
@@ -161,3 +161,20 @@ func Returned() *errgroup.Group {
 
 // Stale: listed as an errgroup site, but creates none.
 func Plain() {} // want `allowlist: entry "pkg/client.Plain" is an errgroup site but Plain creates no errgroup`
+
+// Evasion: a negative limit passed in through a parameter of the site.
+func (c *Client) ThroughParam(ctx context.Context) error {
+	return c.GetPostRecords(ctx, nil, noLimit) // want `errgroup: argument noLimit of pkg/client.\(\*Client\).GetPostRecords becomes an errgroup limit \(parameter n\): the constant -1 is negative`
+}
+
+// Evasion: the same, one caller further away.
+func (c *Client) Relay(ctx context.Context, k int) error { // want Relay:"limit\\[1\\]"
+	return c.GetPostRecords(ctx, nil, k)
+}
+
+func (c *Client) ThroughRelay(ctx context.Context) error {
+	return c.Relay(ctx, math.MaxInt) // want `errgroup: argument math.MaxInt of pkg/client.\(\*Client\).Relay becomes an errgroup limit \(parameter k\): the constant 9223372036854775807 is over the ceiling`
+}
+
+// Allowed: a bounded constant for the parameter.
+func (c *Client) Bounded(ctx context.Context) error { return c.GetPostRecords(ctx, nil, 8) }

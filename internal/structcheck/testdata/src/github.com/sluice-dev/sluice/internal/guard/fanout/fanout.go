@@ -10,7 +10,7 @@ import (
 func Limit(ctx context.Context) int { return 4 }
 
 // Each is listed: its limit is the policy's.
-func Each(ctx context.Context, n int, fn func(ctx context.Context, i int) error) error {
+func Each(ctx context.Context, n int, fn func(ctx context.Context, i int) error) error { // want Each:"limit\\[1\\]"
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(min(Limit(ctx), n))
 	for i := range n {
