@@ -95,6 +95,10 @@
 //     start goroutines, and only packages under bench/ may import them, so
 //     nothing sluice serves can reach them.
 //
+// Calls through interfaces and through function values held in variables
+// are not followed; the function behind them is checked where it is
+// declared, so what it starts or registers is reported there.
+//
 // # Extending the allow-list
 //
 // Add one line to Allowed in allow.go, naming the function by its package
