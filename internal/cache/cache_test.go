@@ -225,15 +225,17 @@ func TestExpiredContextReturnsPromptly(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(testContext(t, 4))
 	cancel()
-	start := time.Now()
+	before := c.Stats()[0]
 	if got := c.GetMulti(ctx, []string{u}); len(got) != 0 {
 		t.Errorf("GetMulti with an ended context = %+v, want no hits", got)
 	}
 	if err := c.Invalidate(ctx, []string{u}); err == nil {
 		t.Errorf("Invalidate with an ended context = nil, want an error counting 1 failure")
 	}
-	if d := time.Since(start); d > 100*time.Millisecond {
-		t.Errorf("calls with an ended context took %v", d)
+	// No call reached memcached and none waited for a connection.
+	after := c.Stats()[0]
+	if after.Hits != before.Hits || after.Misses != before.Misses || after.Dials != before.Dials || after.Waits != before.Waits {
+		t.Errorf("stats went from %+v to %+v with an ended context, want no gets, dials or waits", before, after)
 	}
 	if s := sumStats(c); s.InUse != 0 || s.Errors != 0 {
 		t.Errorf("stats = %+v, want nothing in use and no errors", s)
@@ -243,7 +245,9 @@ func TestExpiredContextReturnsPromptly(t *testing.T) {
 // Tests that a caller waiting for the only connection gives up at its
 // deadline, that giving up does not count against the breaker, and that
 // a read timeout does. The slot is held by a get against a listener that
-// accepts connections and never answers.
+// accepts connections and never answers, for the read timeout of 2s; the
+// waiter's deadline is 100ms, so a waiter that outlived its deadline
+// would get the slot in the end instead of counting an expired wait.
 func TestWaitIsBoundedByDeadline(t *testing.T) {
 	stalled, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -253,11 +257,11 @@ func TestWaitIsBoundedByDeadline(t *testing.T) {
 	c := newCache(t, []string{stalled.Addr().String()}, func(cfg *Config) {
 		cfg.MaxConnsPerServer = 1
 		cfg.BreakerFailures = 1
+		cfg.Timeout = 2 * time.Second
 	})
 	ctx := testContext(t, 2)
-	var waited time.Duration
 	var stateAfterWait string
-	_ = fanout.Each(ctx, 2, func(ctx context.Context, i int) error {
+	err = fanout.Each(ctx, 2, func(ctx context.Context, i int) error {
 		if i == 0 {
 			c.GetMulti(ctx, []string{"holds the slot until the read times out"})
 			return nil
@@ -267,14 +271,12 @@ func TestWaitIsBoundedByDeadline(t *testing.T) {
 		}
 		short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 		defer cancel()
-		start := time.Now()
 		c.GetMulti(short, []string{"waits"})
-		waited = time.Since(start)
 		stateAfterWait = c.Stats()[0].BreakerState
 		return nil
 	})
-	if waited > 500*time.Millisecond {
-		t.Errorf("waiting caller returned after %v, want about its 100ms deadline", waited)
+	if err != nil {
+		t.Fatal(err)
 	}
 	if stateAfterWait != "closed" {
 		t.Errorf("breaker after an abandoned wait = %q, want closed", stateAfterWait)
@@ -314,14 +316,16 @@ func TestMemcachedDownThenBack(t *testing.T) {
 			t.Fatalf("GetMulti with memcached down = %+v, want empty", got)
 		}
 	}
+	open := c.Stats()[0]
 	for range 20 {
-		start := time.Now()
 		if got := c.GetMulti(ctx, uris); len(got) != 0 {
 			t.Fatalf("GetMulti with the breaker open = %+v, want empty", got)
 		}
-		if d := time.Since(start); d > 100*time.Millisecond {
-			t.Fatalf("GetMulti with the breaker open took %v", d)
-		}
+	}
+	// Skipped without a call: no dial, no error, no wait (a call to the
+	// stopped server would fail or time out, and count as an error).
+	if s := c.Stats()[0]; s.Skipped-open.Skipped != 20 || s.Errors != open.Errors || s.Dials != open.Dials || s.Waits != open.Waits {
+		t.Fatalf("20 reads with the breaker open took stats from %+v to %+v; want 20 skipped and no errors, dials or waits", open, s)
 	}
 	if err := c.Invalidate(ctx, uris); err == nil {
 		t.Errorf("Invalidate with the breaker open = nil, want an error")

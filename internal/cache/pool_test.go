@@ -2,6 +2,7 @@ package cache
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"sync/atomic"
 	"testing"
@@ -28,12 +29,16 @@ func TestConnectionCapHolds(t *testing.T) {
 	var peakOpen, peakDials, peakSockets int64
 	samples := 0
 	ctx := testContext(t, callers+1)
-	_ = fanout.Each(ctx, callers+1, func(ctx context.Context, i int) error {
+	err := fanout.Each(ctx, callers+1, func(ctx context.Context, i int) error {
 		if i == callers { // the sampler
 			for done.Load() < callers {
 				s := c.Stats()[0]
 				peakOpen, peakDials = max(peakOpen, s.OpenConns), max(peakDials, s.Dials)
-				peakSockets = max(peakSockets, int64(establishedTo(t, addr)))
+				n, err := establishedTo(addr)
+				if err != nil {
+					return err
+				}
+				peakSockets = max(peakSockets, int64(n))
 				samples++
 				time.Sleep(time.Millisecond)
 			}
@@ -50,6 +55,9 @@ func TestConnectionCapHolds(t *testing.T) {
 		}
 		return nil
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	s := c.Stats()[0]
 	t.Logf("%d samples; peak open %d, peak sockets %d; final %+v", samples, peakOpen, peakSockets, s)
@@ -71,11 +79,12 @@ func TestConnectionCapHolds(t *testing.T) {
 }
 
 // establishedTo counts this process's ESTABLISHED TCP sockets to addr.
-func establishedTo(t *testing.T, addr string) int {
-	t.Helper()
+// It returns an error rather than failing the test, since the sampler
+// calls it from a goroutine other than the test's.
+func establishedTo(addr string) (int, error) {
 	counts, err := sockets.To(netip.MustParseAddrPort(addr))
 	if err != nil {
-		t.Fatal(err)
+		return 0, fmt.Errorf("count sockets to %s: %w", addr, err)
 	}
-	return counts[sockets.Established]
+	return counts[sockets.Established], nil
 }

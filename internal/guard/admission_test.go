@@ -17,42 +17,53 @@ import (
 	"google.golang.org/grpc/metadata"
 )
 
-// slowRecords answers GetPostRecord after a fixed delay.
+// slowRecords answers GetPostRecord after a fixed delay, counting the
+// call as soon as it starts.
 type slowRecords struct {
 	*postRecords
 	delay time.Duration
 }
 
 func (s slowRecords) GetPostRecord(ctx context.Context, req *sluicev1.GetPostRecordRequest) (*sluicev1.PostRecord, error) {
+	rec, err := s.postRecords.GetPostRecord(ctx, req)
 	time.Sleep(s.delay)
-	return s.postRecords.GetPostRecord(ctx, req)
+	return rec, err
 }
 
 // Tests that once the guard has seen how long a method takes, a request
 // with less deadline left than that is refused before its handler runs.
+// The handler takes 2s and the hopeless request has 1s, so the guard's
+// refusal (which needs no work) has a whole second to reach the caller
+// before the caller's own deadline, even on a busy machine.
 func TestDeadlineShorterThanServiceTime(t *testing.T) {
+	const took, hopeless = 2 * time.Second, time.Second
 	obs := &observer{}
 	impl := newPostRecords()
 	srv, err := guard.New(testConfig(), guard.WithObserver(obs))
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := serveImpl(t, srv, slowRecords{impl, 40 * time.Millisecond})
+	f := serveImpl(t, srv, slowRecords{impl, took})
 	client := sluicev1.NewPostRecordsClient(f)
-	for range 10 {
-		if _, err := client.GetPostRecord(testContext(t, 5*time.Second), &sluicev1.GetPostRecordRequest{Uri: uris(1)[0]}); err != nil {
-			t.Fatal(err)
+	// Enough samples for the estimate to be trusted, taken at once.
+	warm := make(chan error, 10)
+	for range cap(warm) {
+		go func() {
+			_, err := client.GetPostRecord(testContext(t, 30*time.Second), &sluicev1.GetPostRecordRequest{Uri: uris(1)[0]})
+			warm <- err
+		}()
+	}
+	for range cap(warm) {
+		if err := <-warm; err != nil {
+			t.Fatalf("warm-up GetPostRecord: %v", err)
 		}
 	}
 	before := impl.calls.Load()
-	_, err = client.GetPostRecord(testContext(t, 5*time.Millisecond), &sluicev1.GetPostRecordRequest{Uri: uris(1)[0]})
+	_, err = client.GetPostRecord(testContext(t, hopeless), &sluicev1.GetPostRecordRequest{Uri: uris(1)[0]})
 	st := wantCode(t, err, codes.DeadlineExceeded)
 	if !strings.Contains(st.Message(), "shorter than the") || !strings.Contains(st.Message(), "requests of 1 items take now") {
-		// The client's own deadline may win the race on a loaded machine;
-		// then the guard's refusal is still recorded below.
-		t.Logf("message %q (the caller's deadline may have ended first)", st.Message())
+		t.Errorf("message %q, want the guard's refusal naming the expected service time", st.Message())
 	}
-	time.Sleep(50 * time.Millisecond)
 	if n := impl.calls.Load(); n != before {
 		t.Errorf("handler ran %d more times, want the hopeless request refused before it", n-before)
 	}
@@ -68,16 +79,22 @@ func TestQuota(t *testing.T) {
 	cfg := testConfig()
 	cfg.Admission = budget.Config{
 		Default: budget.DefaultConfig().Default,
-		Clients: map[string]budget.Budget{"tiny": {ItemsPerSecond: 10, Burst: 10, MaxInflightItems: 10}},
+		Clients: map[string]budget.Budget{"tiny": {ItemsPerSecond: 2, Burst: 10, MaxInflightItems: 10}},
 	}
 	obs := &observer{}
 	f := start(t, cfg, newPostRecords(), guard.WithObserver(obs))
 	ctx := metadata.AppendToOutgoingContext(testContext(t, 5*time.Second), "x-client-id", "tiny")
+	// The bucket refills at 2 items/s from the first charge on: 5 more
+	// items need 2.5s less what refilled in the meantime, and at most
+	// 2 items/s × elapsed can have refilled, however slow the machine.
+	const wantRetry = 2500 * time.Millisecond
+	began := time.Now()
 	if _, err := f.client.GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: uris(10)}); err != nil {
 		t.Fatal(err)
 	}
 	calls := f.impl.calls.Load()
 	_, err := f.client.GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: uris(5)})
+	elapsed := time.Since(began)
 	st := wantCode(t, err, codes.ResourceExhausted)
 	var retry *errdetails.RetryInfo
 	var quota *errdetails.QuotaFailure
@@ -89,13 +106,13 @@ func TestQuota(t *testing.T) {
 			quota = d
 		}
 	}
-	if retry == nil || retry.GetRetryDelay().AsDuration() < 300*time.Millisecond {
-		t.Errorf("RetryInfo %v, want about 500ms (5 items at 10/s)", retry)
+	if d := retry.GetRetryDelay().AsDuration(); retry == nil || d > wantRetry || d < wantRetry-elapsed {
+		t.Errorf("RetryInfo %v, want between %v and %v (5 items at 2/s, less %v of refill)", retry, wantRetry-elapsed, wantRetry, elapsed)
 	}
 	if quota == nil || quota.GetViolations()[0].GetSubject() != "client:tiny" {
 		t.Errorf("QuotaFailure %v, want subject client:tiny", quota)
 	}
-	if !strings.Contains(st.Message(), `client "tiny"`) || !strings.Contains(st.Message(), "10 items/s") {
+	if !strings.Contains(st.Message(), `client "tiny"`) || !strings.Contains(st.Message(), "2 items/s") {
 		t.Errorf("message %q does not name the client and budget", st.Message())
 	}
 	if f.impl.calls.Load() != calls {
@@ -120,7 +137,7 @@ func TestQuota(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The client keeps its (empty) bucket, which now refills at 1000/s:
-	// 5 items that needed 500ms at the old rate fit after 20ms.
+	// 5 items that needed 2.5s at the old rate fit after 20ms.
 	time.Sleep(20 * time.Millisecond)
 	if _, err := f.client.GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: uris(5)}); err != nil {
 		t.Errorf("after SetBudgets raised the budget: %v", err)
@@ -147,7 +164,9 @@ func serveImpl(t *testing.T, srv *guard.Server, impl sluicev1.PostRecordsServer)
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		srv.Drain(ctx)
-		<-served
+		if err := <-served; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
 	})
 	return dial(t, lis.Addr().String())
 }

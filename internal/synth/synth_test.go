@@ -2,8 +2,10 @@ package synth
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluice-dev/sluice/internal/aturi"
 	"github.com/sluice-dev/sluice/internal/store"
@@ -28,14 +30,59 @@ func TestPostsAreRealistic(t *testing.T) {
 		if err := json.Unmarshal(r.JSON, &p); err != nil {
 			t.Fatalf("record %s: %v", r.URI, err)
 		}
-		if p["$type"] != "app.bsky.feed.post" || p["text"] == "" || p["createdAt"] == "" || p["langs"] == nil {
-			t.Errorf("record %s lacks post fields: %s", r.URI, r.JSON)
+		if err := checkPostFields(p); err != nil {
+			t.Errorf("record %s: %v: %s", r.URI, err, r.JSON)
 		}
 	}
 	if miss := g.MissingURI(); seen[miss] {
 		t.Errorf("MissingURI %q was generated", miss)
 	} else if _, err := aturi.Parse(miss); err != nil {
 		t.Errorf("MissingURI %q: %v", miss, err)
+	}
+}
+
+// checkPostFields reports the first field of an app.bsky.feed.post record
+// that is missing, of the wrong JSON type or empty.
+func checkPostFields(p map[string]any) error {
+	if p["$type"] != "app.bsky.feed.post" {
+		return fmt.Errorf("$type is %v, want app.bsky.feed.post", p["$type"])
+	}
+	if text, ok := p["text"].(string); !ok || text == "" {
+		return fmt.Errorf("text is %#v, want a non-empty string", p["text"])
+	}
+	created, ok := p["createdAt"].(string)
+	if !ok {
+		return fmt.Errorf("createdAt is %#v, want a string", p["createdAt"])
+	}
+	if _, err := time.Parse(time.RFC3339, created); err != nil {
+		return fmt.Errorf("createdAt: %w", err)
+	}
+	if langs, ok := p["langs"].([]any); !ok || len(langs) == 0 {
+		return fmt.Errorf("langs is %#v, want a non-empty list", p["langs"])
+	}
+	return nil
+}
+
+// Tests that checkPostFields refuses each field missing or empty.
+func TestCheckPostFields(t *testing.T) {
+	good := func() map[string]any {
+		return map[string]any{"$type": "app.bsky.feed.post", "text": "hi", "createdAt": "2024-01-02T03:04:05Z", "langs": []any{"en"}}
+	}
+	if err := checkPostFields(good()); err != nil {
+		t.Fatalf("a complete post: %v", err)
+	}
+	for _, field := range []string{"$type", "text", "createdAt", "langs"} {
+		for name, v := range map[string]any{"missing": nil, "empty": ""} {
+			p := good()
+			if v == nil {
+				delete(p, field)
+			} else {
+				p[field] = v
+			}
+			if err := checkPostFields(p); err == nil {
+				t.Errorf("a post with %s %s passed", name, field)
+			}
+		}
 	}
 }
 
