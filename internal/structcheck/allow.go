@@ -36,6 +36,18 @@ var Allowed = map[string]Site{
 	"bench/peer/cmd/sluice-peer.run":        unguarded("the bare peer's server and its drain watcher"),
 }
 
+// ErrgroupDirs are the only package directories (with what lies below
+// them) where an errgroup site may be listed: the server's one fan-out,
+// and the client side — the Go client, the load harness and its command,
+// and the benchmarks.
+var ErrgroupDirs = []string{
+	"internal/guard/fanout",
+	"pkg",
+	"internal/loadgen",
+	"cmd/sluice-load",
+	"bench",
+}
+
 // TestSupport lists the packages whose non-test files count as test code:
 // they may start goroutines and use errgroups freely, and only test files
 // and other test-support packages may import them.

@@ -111,6 +111,8 @@
 // Use lifecycle for fixed work, spawner for a function that runs what its
 // caller passes, errgroupSite for a client-side fan-out, and unguarded only
 // for a benchmark baseline. An entry that
-// names no function of its package is itself reported, so the list cannot
-// rot. Do not list a server package's errgroup: use fanout.Each.
+// names no function of its package, or a function that no longer does what
+// the entry allows, is itself reported, so the list cannot rot. An
+// errgroup site may be listed only under ErrgroupDirs (fanout and the
+// client side); on the server, use fanout.Each.
 package structcheck

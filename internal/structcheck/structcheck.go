@@ -211,6 +211,16 @@ func qualified(fn *types.Func) string {
 	return rel + "." + funcKey(fn)
 }
 
+// underAny reports whether the directory rel is one of dirs or lies below one.
+func underAny(rel string, dirs []string) bool {
+	for _, d := range dirs {
+		if rel == d || strings.HasPrefix(rel, d+"/") {
+			return true
+		}
+	}
+	return false
+}
+
 func baseName(path string) string { return path[strings.LastIndexAny(path, `/\`)+1:] }
 
 // checkEntries reports allow-list entries of this package that name no
@@ -233,6 +243,8 @@ func (p *pkgCheck) checkEntries() {
 		switch {
 		case fi == nil:
 			p.reportf(p.pass.Files[0].Package, "allowlist", "entry %q names no function of this package; remove or rename it", key)
+		case site.Kind == ErrgroupSite && !underAny(p.rel, ErrgroupDirs):
+			p.reportf(fi.decl.Pos(), "allowlist", "entry %q lists an errgroup site in a server package; on the server, fan out through fanout.Each, under the method's policy", key)
 		case site.Kind == Unguarded && fi.startsDirect == "" && fi.regDirect == "" && !fi.makesGroup:
 			p.reportf(fi.decl.Pos(), "allowlist", "entry %q is unguarded but %s registers nothing and starts nothing; remove the entry", key, fi.decl.Name.Name)
 		case site.Kind == Unguarded:

@@ -2,7 +2,10 @@
 package rpc
 
 import (
+	"context"
 	"reflect"
+
+	"golang.org/x/sync/errgroup"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/reflection"
@@ -73,3 +76,11 @@ func (h holder) Value() any { // want Value:"registers"
 
 // Allowed: handlers that register nothing.
 func Handle(req string) string { return req }
+
+// Evasion: an errgroup site listed in a server package.
+func Fan(ctx context.Context) error { // want `allowlist: entry "internal/rpc.Fan" lists an errgroup site in a server package`
+	g, ctx := errgroup.WithContext(ctx)
+	g.SetLimit(4)
+	g.Go(func() error { return ctx.Err() })
+	return g.Wait()
+}
