@@ -188,6 +188,9 @@ func (a *App) observe() error {
 	if err := a.Telemetry.ObserveProcess(); err != nil {
 		return err
 	}
+	if err := a.Telemetry.ObserveAdmission(a.admissionState); err != nil {
+		return err
+	}
 	if a.cqlStats != nil {
 		if err := a.Telemetry.ObserveCQL(a.cqlStats); err != nil {
 			return err
@@ -301,4 +304,13 @@ func loopbackNote(addr net.Addr) string {
 		return "listening on loopback only; without TLS every caller's claimed name is trusted"
 	}
 	return "listening beyond loopback without TLS; callers' names are not authenticated"
+}
+
+// admissionState is the guard's admission as telemetry shows it.
+func (a *App) admissionState() telemetry.AdmissionState {
+	s := a.Guard.Admission()
+	return telemetry.AdmissionState{
+		ItemLimit: s.Capacity, MinItemLimit: s.MinItems, MaxItemLimit: s.MaxItems,
+		ItemsInUse: s.InUse, Waiting: s.Waiting, Shed: s.Shed,
+	}
 }

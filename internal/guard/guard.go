@@ -43,6 +43,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/guard/adaptive"
 	"github.com/sluice-dev/sluice/internal/guard/budget"
 	"github.com/sluice-dev/sluice/internal/guard/queue"
 	"github.com/sluice-dev/sluice/internal/identity"
@@ -62,6 +63,7 @@ type Server struct {
 	health   *health.Server
 	methods  map[string]*method // by full method, "/pkg.Svc/M"
 	items    *queue.Queue
+	limiter  *adaptive.Limiter
 	requests *semaphore.Weighted
 	budgets  *budget.Budgets
 	service  *estimates
@@ -70,6 +72,7 @@ type Server struct {
 	services []string
 
 	inflightItems atomic.Int64
+	itemLimit     atomic.Int64 // the limiter's last limit, applied to items
 }
 
 // method is what the interceptor knows of one registered method.
@@ -113,10 +116,15 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	limiter, err := adaptive.New(cfg.adaptiveConfig(), time.Now())
+	if err != nil {
+		return nil, err
+	}
 	s := &Server{
 		cfg:      cfg,
 		methods:  map[string]*method{},
 		items:    items,
+		limiter:  limiter,
 		requests: semaphore.NewWeighted(cfg.MaxInflightRequests),
 		budgets:  budgets,
 		service:  newEstimates(),
@@ -136,6 +144,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 		grpc.ChainUnaryInterceptor(s.unaryInterceptor),
 		grpc.ChainStreamInterceptor(s.streamInterceptor),
 	)
+	s.itemLimit.Store(limiter.Limit())
 	s.grpc = grpc.NewServer(grpcOpts...)
 	healthpb.RegisterHealthServer(s.grpc, s.health)
 	reflection.Register(s.grpc)

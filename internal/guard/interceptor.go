@@ -102,7 +102,9 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 	resp, err := handler(fanout.WithLimit(ctx, m.policy.Concurrency), req)
 	err = deadlineToStatus(ctx, err)
 	if err == nil {
-		s.service.observe(info.FullMethod, cost, time.Since(began))
+		took := time.Since(began)
+		s.service.observe(info.FullMethod, cost, took)
+		s.observeCapacity(cost, took)
 	}
 	s.observer.Finished(ctx, r, status.Code(err), time.Since(start))
 	return resp, err
@@ -143,7 +145,7 @@ func (s *Server) admit(ctx context.Context, fullMethod, client string, cost int6
 		if ctx.Err() != nil && !errors.Is(err, queue.ErrShed) {
 			return nil, ReasonDeadline, status.Errorf(codes.DeadlineExceeded, "%s: the deadline passed while waiting for capacity", name)
 		}
-		return nil, ReasonOverload, overloaded(name, fmt.Sprintf("%d items were needed and the process-wide cap of %d in-flight items stayed full (%v)", cost, s.cfg.MaxInflightItems, err), s.cfg.QueueInterval)
+		return nil, ReasonOverload, overloaded(name, fmt.Sprintf("%d items were needed and the process-wide cap of %d in-flight items (adaptive, at most %d) stayed full (%v)", cost, s.itemLimit.Load(), s.cfg.MaxInflightItems, err), s.cfg.QueueInterval)
 	}
 	s.inflightItems.Add(cost)
 	return func() {

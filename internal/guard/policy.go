@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/guard/adaptive"
 	"github.com/sluice-dev/sluice/internal/guard/budget"
 	"github.com/sluice-dev/sluice/internal/guard/queue"
 )
@@ -50,8 +51,19 @@ type Config struct {
 	// (e.g. "sluice.v1.PostRecords/GetPostRecords"), to its policy.
 	Methods map[string]Policy `yaml:"methods"`
 	// MaxInflightItems bounds the items being worked on across all
-	// requests. A request waits for its item count, until its deadline.
+	// requests: the upper bound of the adaptive item limit. A request
+	// waits for its item count in the queue, or is shed.
 	MaxInflightItems int64 `yaml:"max_inflight_items"`
+	// MinInflightItems is the lower bound of the adaptive item limit
+	// (package adaptive); equal to MaxInflightItems it fixes the limit.
+	// 0 means twice the largest method's max_items, within
+	// MaxInflightItems.
+	MinInflightItems int64 `yaml:"min_inflight_items"`
+	// AdaptiveTolerance is how far above its no-load floor the mean
+	// service time may rise before the item limit shrinks.
+	AdaptiveTolerance float64 `yaml:"adaptive_tolerance"`
+	// AdaptiveInterval is how often the item limit is recomputed.
+	AdaptiveInterval time.Duration `yaml:"adaptive_interval"`
 	// MaxInflightRequests bounds the requests being worked on at once.
 	MaxInflightRequests int64 `yaml:"max_inflight_requests"`
 	// MaxRecvMsgBytes is the largest request message the transport
@@ -84,6 +96,8 @@ func DefaultConfig() Config {
 	return Config{
 		Methods:             map[string]Policy{},
 		MaxInflightItems:    20_000,
+		AdaptiveTolerance:   adaptive.DefaultTolerance,
+		AdaptiveInterval:    adaptive.DefaultInterval,
 		MaxInflightRequests: 1_024,
 		MaxRecvMsgBytes:     16 << 20,
 		MaxQueuedRequests:   1_024,
@@ -105,6 +119,11 @@ func (c Config) Validate() error {
 	}
 	if c.MaxRecvMsgBytes < 1024 {
 		errs = append(errs, fmt.Errorf("guard: max_recv_msg_bytes must be at least 1024, got %d", c.MaxRecvMsgBytes))
+	}
+	if c.MinInflightItems < 0 || c.MinInflightItems > c.MaxInflightItems {
+		errs = append(errs, fmt.Errorf("guard: min_inflight_items must be between 0 (automatic) and max_inflight_items %d, got %d", c.MaxInflightItems, c.MinInflightItems))
+	} else if err := c.adaptiveConfig().Validate(); err != nil && c.MaxInflightItems >= 1 {
+		errs = append(errs, fmt.Errorf("guard: adaptive_tolerance, adaptive_interval: %w", err))
 	}
 	if err := c.queueConfig().Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("guard: %w", err))
@@ -136,6 +155,9 @@ func (c Config) Merge(override Config) Config {
 		out.Methods[name] = overlayPolicy(out.Methods[name], o)
 	}
 	out.MaxInflightItems = cmp.Or(override.MaxInflightItems, c.MaxInflightItems)
+	out.MinInflightItems = cmp.Or(override.MinInflightItems, c.MinInflightItems)
+	out.AdaptiveTolerance = cmp.Or(override.AdaptiveTolerance, c.AdaptiveTolerance)
+	out.AdaptiveInterval = cmp.Or(override.AdaptiveInterval, c.AdaptiveInterval)
 	out.MaxInflightRequests = cmp.Or(override.MaxInflightRequests, c.MaxInflightRequests)
 	out.MaxRecvMsgBytes = cmp.Or(override.MaxRecvMsgBytes, c.MaxRecvMsgBytes)
 	out.MaxQueuedRequests = cmp.Or(override.MaxQueuedRequests, c.MaxQueuedRequests)
@@ -147,6 +169,19 @@ func (c Config) Merge(override Config) Config {
 // queueConfig is the item queue's share of the config.
 func (c Config) queueConfig() queue.Config {
 	return queue.Config{Capacity: c.MaxInflightItems, MaxWaiters: c.MaxQueuedRequests, Target: c.QueueTarget, Interval: c.QueueInterval}
+}
+
+// adaptiveConfig is the item limit controller's share of the config.
+func (c Config) adaptiveConfig() adaptive.Config {
+	lo := c.MinInflightItems
+	if lo == 0 {
+		largest := 1
+		for _, p := range c.Methods {
+			largest = max(largest, p.MaxItems)
+		}
+		lo = min(2*int64(largest), c.MaxInflightItems)
+	}
+	return adaptive.Config{Min: lo, Max: c.MaxInflightItems, Tolerance: c.AdaptiveTolerance, Interval: c.AdaptiveInterval}
 }
 
 func overlayPolicy(base, o Policy) Policy {

@@ -28,8 +28,15 @@ type ClientStats struct {
 	label func(string) string
 	now   func() time.Time
 
-	mu      sync.RWMutex
-	clients map[string]*clientSeries
+	mu        sync.RWMutex
+	clients   map[string]*clientSeries
+	admission func() AdmissionState // nil until ObserveAdmission
+}
+
+func (c *ClientStats) setAdmission(state func() AdmissionState) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.admission = state
 }
 
 // clientSeries is one client's ring of seconds and its totals.
@@ -124,6 +131,9 @@ type ClientsSnapshot struct {
 	// Goroutines and OSThreads are the process's, now.
 	Goroutines int `json:"goroutines"`
 	OSThreads  int `json:"os_threads"`
+	// Admission is the guard's process-wide admission now (nil when
+	// not wired, as in tests of this package alone).
+	Admission *AdmissionState `json:"admission,omitempty"`
 }
 
 // ClientRow is one client's figures.
@@ -167,6 +177,10 @@ func (c *ClientStats) Snapshot(window int) ClientsSnapshot {
 	snap := ClientsSnapshot{At: now, WindowSeconds: window, Clients: []ClientRow{}, Goroutines: runtime.NumGoroutine()}
 	snap.OSThreads, _ = OSThreads()
 	c.mu.RLock()
+	if c.admission != nil {
+		a := c.admission()
+		snap.Admission = &a
+	}
 	names := make([]string, 0, len(c.clients))
 	for name := range c.clients {
 		names = append(names, name)

@@ -1,0 +1,35 @@
+package guard
+
+import (
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/guard/queue"
+)
+
+// observeCapacity feeds one successful request's service time to the
+// adaptive item limit and applies a changed limit to the item queue.
+func (s *Server) observeCapacity(cost int64, took time.Duration) {
+	limit := s.limiter.Observe(cost, took, time.Now())
+	if s.itemLimit.Swap(limit) != limit {
+		s.items.SetCapacity(limit)
+	}
+}
+
+// ItemLimit reports the process-wide in-flight item limit in force now:
+// the adaptive limit, between min_inflight_items and max_inflight_items.
+func (s *Server) ItemLimit() int64 { return s.itemLimit.Load() }
+
+// AdmissionStats is the state of process-wide admission, for metrics and
+// the /clients page.
+type AdmissionStats struct {
+	queue.Stats
+	// MinItems and MaxItems bound the adaptive item limit (Stats.Capacity).
+	MinItems, MaxItems int64
+}
+
+// Admission reports the item queue's state and the adaptive limit's
+// bounds.
+func (s *Server) Admission() AdmissionStats {
+	a := s.cfg.adaptiveConfig()
+	return AdmissionStats{Stats: s.items.Stats(), MinItems: a.Min, MaxItems: a.Max}
+}
