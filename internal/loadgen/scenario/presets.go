@@ -27,7 +27,25 @@ var presets = map[string]func() Scenario{
 		})
 		return Scenario{Name: "incident", Duration: PresetDuration, Clients: clients}
 	},
+	// fair-share: steady plus eight heavy callers, each under its own name
+	// and each far within the default budget (10 requests/s of 1,000
+	// URIs), that together offer about 80,000 items/s: 110–150% of what a
+	// 2-core machine serves from cache. Their deadline is 2s, the
+	// method's timeout.
+	"fair-share": func() Scenario {
+		clients := normalClients()
+		for i := range HeavyCallers {
+			clients = append(clients, Client{
+				Name: fmt.Sprintf("heavy-%d", i+1), Rate: 10, Timeout: 2 * time.Second,
+				Batch: Batch{Dist: Fixed, Size: 1000},
+			})
+		}
+		return Scenario{Name: "fair-share", Duration: PresetDuration, Clients: clients}
+	},
 }
+
+// HeavyCallers is how many heavy callers the fair-share preset runs.
+const HeavyCallers = 8
 
 func normalClients() []Client {
 	return []Client{
