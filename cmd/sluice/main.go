@@ -19,13 +19,27 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:]); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			fmt.Fprintln(os.Stderr, "sluice:", err)
-		}
-		os.Exit(1)
+	code := exitCode(run(ctx, os.Args[1:]))
+	stop()
+	os.Exit(code)
+}
+
+// errUsage is a command line that names no verb or an unknown one.
+var errUsage = errors.New("usage")
+
+// exitCode is 0 on success and when help was asked for (-h or --help on
+// any verb, or the help verb), 2 after a usage mistake (with the usage
+// printed), and 1 after any other failure, which it prints.
+func exitCode(err error) int {
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		fmt.Fprintf(os.Stderr, "sluice: %v\n%s\n", err, usage)
+		return 2
 	}
+	fmt.Fprintln(os.Stderr, "sluice:", err)
+	return 1
 }
 
 const usage = `usage: sluice <verb> [flags]
@@ -39,8 +53,7 @@ Run "sluice <verb> -h" for a verb's flags.`
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		fmt.Fprintln(os.Stderr, usage)
-		return flag.ErrHelp
+		return fmt.Errorf("%w: no verb", errUsage)
 	}
 	switch args[0] {
 	case "serve":
@@ -53,5 +66,5 @@ func run(ctx context.Context, args []string) error {
 		fmt.Fprintln(os.Stderr, usage)
 		return nil
 	}
-	return fmt.Errorf("unknown verb %q\n%s", args[0], usage)
+	return fmt.Errorf("%w: unknown verb %q", errUsage, args[0])
 }

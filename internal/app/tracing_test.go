@@ -21,7 +21,13 @@ func TestTracesThroughRealGRPCCall(t *testing.T) {
 	rec := tracetest.NewSpanRecorder()
 	tp := telemetry.NewTracerProvider(1, sdktrace.WithSpanProcessor(rec))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	ts := startServer(t, 300, func(c *Config) { c.Telemetry.Clients = []string{"feed"} }, withAppOptions(WithTracerProvider(tp)))
+	ts := startServer(t, 300, func(c *Config) {
+		c.Telemetry.Clients = []string{"feed"}
+		// The refill after the cold read is best effort within one cache
+		// timeout; a busy machine must not cut it short, or the warm read
+		// would miss.
+		c.Cache.Timeout = 10 * time.Second
+	}, withAppOptions(WithTracerProvider(tp)))
 
 	uris := ts.uris(0, 250)
 	for range 2 { // cold (store), then warm (cache)
@@ -83,8 +89,11 @@ func TestTracesThroughRealGRPCCall(t *testing.T) {
 	if _, err := ts0.client.GetPostRecords(ts0.ctx("feed"), &sluicev1.GetPostRecordsRequest{Uris: ts0.uris(0, 50)}); err != nil {
 		t.Fatalf("GetPostRecords: %v", err)
 	}
-	if n := len(rec0.Ended()); n != 0 {
-		t.Errorf("ratio 0 recorded %d spans (%v); want none", n, names(rec0.Ended()))
+	// Started, not Ended: the server span may end after the response
+	// has reached the client, but every span of the call has started by
+	// then, and a sampled span reaches the recorder when it starts.
+	if started := rec0.Started(); len(started) != 0 {
+		t.Errorf("ratio 0 recorded %d spans (the first %q); want none", len(started), started[0].Name())
 	}
 }
 
@@ -92,7 +101,7 @@ func TestTracesThroughRealGRPCCall(t *testing.T) {
 // span ends just after the response is sent).
 func waitSpans(t *testing.T, rec *tracetest.SpanRecorder, n int) []sdktrace.ReadOnlySpan {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second) // only a broken server waits this long
 	for {
 		spans := rec.Ended()
 		servers := 0
