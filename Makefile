@@ -10,7 +10,7 @@ TEST_FLAGS ?= -race -count=1 -timeout 15m
 FUZZ_BRIEF ?= 30000x
 FUZZTIME ?= 1000000x
 
-.PHONY: cluster-up cluster-down help run build test test-timing test-faults unit generate generate-check fuzz vet deps-up deps-down clean appview-test compose-check bench load-build
+.PHONY: test-cluster cluster-up cluster-down help run build test test-timing test-faults unit generate generate-check fuzz vet deps-up deps-down clean appview-test compose-check bench load-build
 
 # WITH_DEPS starts the real servers and exports the environment the tests
 # read. It fails the recipe when a server cannot be set up (the
@@ -64,6 +64,9 @@ test-faults: ## fault scenarios again with 10x longer phases (a few minutes; CI 
 
 fuzz: ## run each fuzz target for FUZZTIME executions (default 1000000x, a few minutes)
 	scripts/fuzz.sh $(FUZZTIME)
+
+test-cluster: ## three Cassandra nodes at RF 3, three memcached, two replicas: lose one of each under load (CI runs it after test-faults)
+	scripts/test-cluster.sh
 
 cluster-up: ## start a three-node Cassandra cluster on 127.0.0.11-13 (CLUSTER_NODES=3) and print its environment
 	scripts/cassandra-cluster.sh up $(or $(CLUSTER_NODES),3)

@@ -10,7 +10,8 @@
 #   scripts/cassandra-cluster.sh status        print each node's view of the ring
 #   scripts/cassandra-cluster.sh stop-node I   SIGTERM node I (1-based) and wait for it to exit
 #   scripts/cassandra-cluster.sh kill-node I   SIGKILL node I
-#   scripts/cassandra-cluster.sh start-node I  start node I again on its old data; wait until it is UN
+#   scripts/cassandra-cluster.sh start-node I… start the nodes again on their old data, one after another;
+#                                              wait until every node of the cluster is UN
 #   scripts/cassandra-cluster.sh env           print the cluster's environment for tests
 #
 # Tokens are spread evenly (num_tokens 1, initial_token i/N of the ring), so
@@ -30,7 +31,11 @@ DIR="$ROOT/.deps/cluster"
 PORT=${SLUICE_TEST_CASSANDRA_PORT:-9042}
 STORAGE_PORT=${SLUICE_TEST_CASSANDRA_STORAGE_PORT:-7000}
 HEAP=${CASSANDRA_CLUSTER_HEAP:-768m}
-START_TIMEOUT=${CASSANDRA_START_TIMEOUT:-240}
+START_TIMEOUT=${CASSANDRA_START_TIMEOUT:-420}
+# A node restarting on a busy 2-core machine can take minutes (JVM pauses
+# of tens of seconds were seen); every wait of this script and of the
+# cassandra.sh it runs gets the same patient bound.
+export CASSANDRA_START_TIMEOUT=$START_TIMEOUT
 mkdir -p "$DIR"
 
 log() { echo "cluster: $*" >&2; }
@@ -129,7 +134,8 @@ case "${1:-}" in
   status)     n=$(size); hosts=(); for ((i = 1; i <= n; i++)); do hosts+=("$(addr "$i"):$PORT"); done; probe ring "$n" "${hosts[@]}" ;;
   stop-node)  signal_node "${2:?node number}" TERM ;;
   kill-node)  signal_node "${2:?node number}" KILL ;;
-  start-node) node "${2:?node number}" up keep; wait_ring "$(size)" ;;
+  start-node) shift; [[ $# -gt 0 ]] || { echo "start-node: name a node number" >&2; exit 2; }
+              for i in "$@"; do node "$i" up keep; done; wait_ring "$(size)" ;;
   env)        print_env ;;
-  *)          echo "usage: $0 up [N]|down|status|stop-node I|kill-node I|start-node I|env" >&2; exit 2 ;;
+  *)          echo "usage: $0 up [N]|down|status|stop-node I|kill-node I|start-node I…|env" >&2; exit 2 ;;
 esac

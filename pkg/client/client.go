@@ -37,6 +37,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
 	"google.golang.org/grpc/status"
 )
 
@@ -162,11 +164,39 @@ type Client struct {
 // Dial connects to the sluice at target as the caller name and fetches
 // its limits. Close releases the connection.
 func Dial(ctx context.Context, target, name string, opts ...Option) (*Client, error) {
+	return dial(ctx, target, name, nil, opts)
+}
+
+// replicasScheme names the resolver DialReplicas builds.
+const replicasScheme = "sluice-replicas"
+
+// DialReplicas connects to several sluice replicas (host:port each) as one
+// client: calls go round robin over the replicas that are ready (gRPC's
+// round_robin balancer over a fixed address list), a replica that drains
+// or goes away is left out until it is back, and a call refused with
+// Unavailable — a draining replica's answer — is retried under the retry
+// budget, usually on another replica. Close releases every connection.
+func DialReplicas(ctx context.Context, addrs []string, name string, opts ...Option) (*Client, error) {
+	if len(addrs) == 0 {
+		return nil, errors.New("client: DialReplicas needs at least one replica address")
+	}
+	r := manual.NewBuilderWithScheme(replicasScheme)
+	state := resolver.State{}
+	for _, a := range addrs {
+		state.Addresses = append(state.Addresses, resolver.Address{Addr: a})
+	}
+	r.InitialState(state)
+	extra := []grpc.DialOption{grpc.WithResolvers(r),
+		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig": [{"round_robin": {}}]}`)}
+	return dial(ctx, replicasScheme+":///sluice", name, extra, opts)
+}
+
+func dial(ctx context.Context, target, name string, extra []grpc.DialOption, opts []Option) (*Client, error) {
 	o := defaults()
 	for _, opt := range opts {
 		opt(&o)
 	}
-	conn, err := grpc.NewClient(target, o.dialOptions...)
+	conn, err := grpc.NewClient(target, append(append([]grpc.DialOption(nil), o.dialOptions...), extra...)...)
 	if err != nil {
 		return nil, fmt.Errorf("client: dial %s: %w", target, err)
 	}

@@ -1,0 +1,133 @@
+//go:build cluster
+
+package cluster
+
+import (
+	"testing"
+	"time"
+
+	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
+	"github.com/sluice-dev/sluice/internal/testenv"
+)
+
+// TestMemcachedFleet runs one sluice over three memcached servers and the
+// cluster, stops one server under load and brings it back: reads keep
+// succeeding, about a third of the keys move to the other two and refill
+// there, the hit ratio is back after one pass over the key set, the other
+// servers stay within their connection caps, and once the server is back
+// its keys return to it.
+func TestMemcachedFleet(t *testing.T) {
+	ks := newKeyspace(t, "sluice_cluster_fleet", 3, 3000)
+	var mcs []*testenv.Memcached
+	var addrs []string
+	for range 3 {
+		m := testenv.StartMemcached(t)
+		mcs, addrs = append(mcs, m), append(addrs, m.Addr())
+	}
+	const conns = 16
+	r := startReplicaWith(t, fleetConfig, ks, addrs, "--memcached-max-conns", "16")
+	p := &passes{t: t, r: r, uris: ks.uris}
+	p.run("warm-up")
+	if warm := p.run("warm"); warm.hitRatio() < 0.99 {
+		t.Fatalf("a second pass over a warm cache hit %.3f, want at least 0.99", warm.hitRatio())
+	}
+	l := startLoad(t, ks.uris, r.client())
+	from := time.Now()
+	dialsBefore := r.metrics(t)
+
+	mcs[2].Stop()
+	waitBreaker(t, r, addrs[2], 2)
+	moved := p.run("first pass with one server out")
+	figure(t, "memcached server out: keys refilled from the store on the first pass", "%.1f%%", 100*moved.storeRatio())
+	if s := moved.storeRatio(); s < 0.2 || s > 0.47 {
+		t.Errorf("with one of three servers out, %.3f of keys came from the store on the first pass, want about a third", s)
+	}
+	recovered := p.run("second pass with one server out")
+	figure(t, "memcached server out: hit ratio on the second pass", "%.1f%%", 100*recovered.hitRatio())
+	if recovered.hitRatio() < 0.95 {
+		t.Errorf("hit ratio %.3f on the second pass with one server out, want at least 0.95: the moved keys did not refill on the others", recovered.hitRatio())
+	}
+	m := r.metrics(t)
+	for _, a := range addrs[:2] {
+		open := m.Sum("sluice_memcached_connections_open", map[string]string{"server": a})
+		dials := m.Sum("sluice_memcached_dials_total", map[string]string{"server": a}) - dialsBefore.Sum("sluice_memcached_dials_total", map[string]string{"server": a})
+		figure(t, "memcached server out: "+a, "%.0f connections open (cap %d), %.0f dials during the outage", open, conns, dials)
+		if open > conns || dials > conns {
+			t.Errorf("server %s: %.0f connections open and %.0f dials during the outage, want both within the cap of %d", a, open, dials, conns)
+		}
+	}
+
+	mcs[2].Start()
+	waitBreaker(t, r, addrs[2], 0)
+	hitsBefore := r.metrics(t).Sum("sluice_cache_hits_total", map[string]string{"server": addrs[2]})
+	back := p.run("first pass with the server back")
+	figure(t, "memcached server back (empty): keys refilled from the store on the first pass", "%.1f%%", 100*back.storeRatio())
+	if s := back.storeRatio(); s < 0.2 || s > 0.47 {
+		t.Errorf("with the server back, %.3f of keys came from the store, want about a third (its keys returned to it, empty)", s)
+	}
+	p.run("second pass with the server back")
+	hits := r.metrics(t).Sum("sluice_cache_hits_total", map[string]string{"server": addrs[2]}) - hitsBefore
+	figure(t, "memcached server back: its share of the hits on the second pass", "%.1f%%", 100*hits/float64(len(ks.uris)))
+	if share := hits / float64(len(ks.uris)); share < 0.2 || share > 0.47 {
+		t.Errorf("the returned server answered %.3f of a pass's keys, want about a third", share)
+	}
+
+	got := l.between(from, time.Now())
+	figure(t, "memcached server out and back: calls", "%v", got)
+	if got.readErrs != 0 || got.writeErrs != 0 {
+		t.Errorf("calls while a memcached server was out and back: %v; first error: %s; want 0 failed", got, got.firstErr)
+	}
+}
+
+// passes reads every URI once, in batches, and counts where items came
+// from (sluice_items_total by source, before and after).
+type passes struct {
+	t    *testing.T
+	r    *replica
+	uris []string
+}
+
+type passResult struct{ cache, store float64 }
+
+func (p passResult) hitRatio() float64   { return p.cache / (p.cache + p.store) }
+func (p passResult) storeRatio() float64 { return p.store / (p.cache + p.store) }
+
+func (p *passes) run(name string) passResult {
+	p.t.Helper()
+	source := func(s string) float64 {
+		return p.r.metrics(p.t).Sum("sluice_items_total", map[string]string{"source": s, "client": "checker"})
+	}
+	c0, s0 := source("cache"), source("store")
+	const batch = 100
+	for i := 0; i < len(p.uris); i += batch {
+		ctx, cancel := ctxAs("checker")
+		resp, err := p.r.client().GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: p.uris[i:min(i+batch, len(p.uris))]})
+		cancel()
+		if err != nil {
+			p.t.Fatalf("%s: read: %v", name, err)
+		}
+		for _, rec := range resp.GetRecords() {
+			if !rec.GetFound() {
+				p.t.Fatalf("%s: seeded post %s not found", name, rec.GetUri())
+			}
+		}
+	}
+	res := passResult{cache: source("cache") - c0, store: source("store") - s0}
+	p.t.Logf("%s: %.0f items from the cache, %.0f from the store", name, res.cache, res.store)
+	return res
+}
+
+// waitBreaker waits until sluice reports server's breaker in state (0
+// closed, 2 open), reading through the replica so a half-open breaker
+// gets its probe.
+func waitBreaker(t *testing.T, r *replica, server string, state float64) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		if r.metrics(t).Sum("sluice_cache_breaker_state", map[string]string{"server": server}) == state {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("breaker of %s not in state %v within 30s", server, state)
+}

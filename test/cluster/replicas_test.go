@@ -1,0 +1,230 @@
+//go:build cluster
+
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gocql/gocql"
+
+	"github.com/sluice-dev/sluice/internal/sockets"
+	"github.com/sluice-dev/sluice/internal/testenv"
+	"github.com/sluice-dev/sluice/pkg/client"
+)
+
+// TestReplicaDrain runs two sluice replicas on the cluster and one
+// memcached, with callers that dial both through pkg/client's round
+// robin, and SIGTERMs one replica under load: no caller sees an error,
+// the replica exits 0, and every connection it held to memcached and
+// Cassandra is closed on the servers' side too.
+func TestReplicaDrain(t *testing.T) {
+	ks := newKeyspace(t, "sluice_cluster_replicas", 3, 2000)
+	mc := testenv.StartMemcached(t)
+	a := startReplica(t, ks, []string{mc.Addr()}, "--drain-timeout", "10s")
+	b := startReplica(t, ks, []string{mc.Addr()}, "--drain-timeout", "10s")
+
+	const callers = 4
+	var (
+		wg        sync.WaitGroup
+		mu        sync.Mutex
+		calls     int
+		failures  []string
+		stop      = make(chan struct{})
+		perTarget = map[string]int{}
+	)
+	for i := range callers {
+		c, err := client.DialReplicas(context.Background(), []string{a.grpcAddr, b.grpcAddr}, "feed")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(i), 11))
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(pause):
+				}
+				batch := make([]string, readBatch)
+				for j := range batch {
+					batch[j] = ks.uris[rng.IntN(len(ks.uris))]
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), callLimit)
+				recs, err := c.GetPostRecords(ctx, batch)
+				cancel()
+				mu.Lock()
+				calls++
+				if err == nil && len(recs) != len(batch) {
+					err = fmt.Errorf("%d records for %d URIs", len(recs), len(batch))
+				}
+				if err != nil {
+					failures = append(failures, err.Error())
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	defer func() { close(stop); wg.Wait() }()
+	time.Sleep(3 * time.Second)
+	for _, r := range []*replica{a, b} {
+		perTarget[r.grpcAddr] = int(r.metrics(t).Sum("sluice_requests_total", map[string]string{"client": "feed"}))
+	}
+	if perTarget[a.grpcAddr] == 0 || perTarget[b.grpcAddr] == 0 {
+		t.Fatalf("requests per replica before the drain: %v; want both replicas serving (round robin)", perTarget)
+	}
+
+	held := connections(t, a.cmd.Process.Pid, mc.Addr(), ks.hosts)
+	if len(held) == 0 {
+		t.Fatal("the replica holds no connection to memcached or Cassandra before the drain")
+	}
+	mu.Lock()
+	before := calls
+	mu.Unlock()
+	start := time.Now()
+	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-a.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the replica did not exit within 30s of SIGTERM")
+	}
+	drained := time.Since(start)
+	if code := a.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Errorf("drained replica exited %d, want 0", code)
+	}
+	time.Sleep(3 * time.Second) // calls go on against the other replica
+	mu.Lock()
+	after, failed := calls, append([]string(nil), failures...)
+	mu.Unlock()
+	figure(t, "replica SIGTERM: drain until exit", "%.1fs", drained.Seconds())
+	figure(t, "replica SIGTERM: calls during and after the drain", "%d, %d failed", after-before, len(failed))
+	if after-before < 10 {
+		t.Errorf("only %d calls during and after the drain", after-before)
+	}
+	if len(failed) != 0 {
+		t.Errorf("%d of %d calls failed while a replica drained; first: %s", len(failed), after, failed[0])
+	}
+
+	open := stillOpen(t, held, 5*time.Second)
+	figure(t, "replica SIGTERM: its connections to memcached and Cassandra", "%d held, %d still open on the servers' side 5s after exit", len(held), len(open))
+	if len(open) != 0 {
+		t.Errorf("%d of the drained replica's %d connections still open on the server side: %v", len(open), len(held), open)
+	}
+	clients := cassandraClients(t, ks.hosts)
+	for _, c := range held {
+		if clients[c.Local] {
+			t.Errorf("Cassandra still lists the drained replica's connection from %v", c.Local)
+		}
+	}
+}
+
+// connections returns the TCP connections process pid holds to memcached
+// or to a Cassandra node.
+func connections(t *testing.T, pid int, memcached string, cassandra []string) []sockets.Socket {
+	t.Helper()
+	servers := map[netip.AddrPort]bool{netip.MustParseAddrPort(memcached): true}
+	for _, h := range cassandra {
+		servers[netip.MustParseAddrPort(h)] = true
+	}
+	inodes := processSockets(t, pid)
+	all, err := sockets.All()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []sockets.Socket
+	for _, s := range all {
+		if s.State == sockets.Established && servers[s.Remote] && inodes[s.Inode] {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// processSockets returns the inodes of pid's open sockets.
+func processSockets(t *testing.T, pid int) map[uint64]bool {
+	t.Helper()
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[uint64]bool{}
+	for _, e := range entries {
+		link, err := os.Readlink(filepath.Join(dir, e.Name()))
+		if err != nil || !strings.HasPrefix(link, "socket:[") {
+			continue
+		}
+		var inode uint64
+		if _, err := fmt.Sscanf(link, "socket:[%d]", &inode); err == nil {
+			out[inode] = true
+		}
+	}
+	return out
+}
+
+// stillOpen waits up to timeout for the servers' ends of held to close
+// and returns those still established or waiting to close.
+func stillOpen(t *testing.T, held []sockets.Socket, timeout time.Duration) []string {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		all, err := sockets.All()
+		if err != nil {
+			t.Fatal(err)
+		}
+		peer := map[[2]netip.AddrPort]sockets.State{}
+		for _, s := range all {
+			peer[[2]netip.AddrPort{s.Local, s.Remote}] = s.State
+		}
+		var open []string
+		for _, h := range held {
+			st, ok := peer[[2]netip.AddrPort{h.Remote, h.Local}]
+			if ok && (st == sockets.Established || st == sockets.CloseWait) {
+				open = append(open, fmt.Sprintf("%v->%v %v", h.Remote, h.Local, st))
+			}
+		}
+		if len(open) == 0 || time.Now().After(deadline) {
+			return open
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// cassandraClients returns the client addresses every node lists as
+// connected (system_views.clients).
+func cassandraClients(t *testing.T, hosts []string) map[netip.AddrPort]bool {
+	t.Helper()
+	out := map[netip.AddrPort]bool{}
+	for _, h := range hosts {
+		s := session(t, []string{h}, gocql.One)
+		it := s.Query(`SELECT address, port FROM system_views.clients`).Iter()
+		var (
+			addr []byte
+			port int
+		)
+		for it.Scan(&addr, &port) {
+			if ip, ok := netip.AddrFromSlice(addr); ok {
+				out[netip.AddrPortFrom(ip.Unmap(), uint16(port))] = true
+			}
+		}
+		if err := it.Close(); err != nil {
+			t.Fatalf("clients of %s: %v", h, err)
+		}
+		s.Close()
+	}
+	return out
+}
