@@ -188,7 +188,12 @@ func checkDashboard(t *testing.T, prom *testenv.Prometheus, tc *twoClients) {
 	for title, list := range exprs {
 		for _, expr := range list {
 			total++
-			if vec := query(expr); len(vec) == 0 {
+			vec := query(expr)
+			// This server runs on the embedded store: the panels of the
+			// CQL nodes row have nothing to show here (the cluster suite,
+			// make test-cluster, reads the same metrics from a CQL-backed
+			// sluice). Their queries must still be valid PromQL.
+			if len(vec) == 0 && !strings.Contains(expr, "sluice_cql_") {
 				t.Errorf("panel %q: %s returned no series", title, expr)
 			}
 		}

@@ -26,6 +26,7 @@ const (
 	DefaultRetries           = 2
 	DefaultNumConns          = 2
 	DefaultReconnectInterval = 2 * time.Second
+	DefaultSpeculativeDelay  = 250 * time.Millisecond
 
 	// MaxInflightCeiling is the largest MaxInflight Validate accepts: one
 	// process holding more CQL queries open than this is a bug, not a
@@ -71,6 +72,15 @@ type Config struct {
 	NumConns int
 	// ReconnectInterval is how often a host marked down is dialed again.
 	ReconnectInterval time.Duration
+	// SpeculativeDelay is how long a statement waits for its first node
+	// before the driver sends one more attempt to the next node of its
+	// query plan (another replica), taking whichever answers first: a node
+	// that is shutting down, paused or overloaded then costs this delay
+	// instead of the request's whole deadline. Every statement is
+	// idempotent, so a second attempt is safe; it runs inside its query's
+	// slot, so the cluster sees at most twice MaxInflight attempts. 0 turns
+	// speculation off.
+	SpeculativeDelay time.Duration
 	// AddressMap maps the address a node advertises (its rpc_address and
 	// the native port, "ip:port") to the address this process must dial
 	// instead ("ip:port"): for a proxy or NAT between sluice and the
@@ -100,6 +110,7 @@ func DefaultConfig() Config {
 		Retries:           DefaultRetries,
 		NumConns:          DefaultNumConns,
 		ReconnectInterval: DefaultReconnectInterval,
+		SpeculativeDelay:  DefaultSpeculativeDelay,
 	}
 }
 
@@ -120,6 +131,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxInflight, "cql-max-inflight", c.MaxInflight, "process-wide cap on CQL queries in flight; more wait until their deadline")
 	fs.DurationVar(&c.Timeout, "cql-timeout", c.Timeout, "per-attempt query timeout (a little above the server's own)")
 	fs.IntVar(&c.Retries, "cql-retries", c.Retries, "retries of an idempotent statement after a transport or server error")
+	fs.DurationVar(&c.SpeculativeDelay, "cql-speculative-delay", c.SpeculativeDelay, "send a second attempt to another replica when the first has not answered within this delay (0: off)")
 	fs.Func("cql-address-map", "for a proxy or NAT: comma-separated advertised=reachable pairs of ip:port; the driver dials the reachable address of each node it discovers", func(s string) error {
 		m, err := parseAddressMap(s)
 		c.AddressMap = m
@@ -160,6 +172,9 @@ func (c Config) Validate() error {
 		if d.v <= 0 {
 			errs = append(errs, fmt.Errorf("cql: %s %v must be positive", d.name, d.v))
 		}
+	}
+	if c.SpeculativeDelay < 0 || c.SpeculativeDelay >= c.Timeout {
+		errs = append(errs, fmt.Errorf("cql: speculative delay %v is outside [0, the query timeout %v)", c.SpeculativeDelay, c.Timeout))
 	}
 	if _, err := c.addressTranslator(); err != nil {
 		errs = append(errs, err)

@@ -337,9 +337,13 @@ func (s *Store) exec(ctx context.Context, q *gocql.Query, what string) error {
 }
 
 // idempotent marks q idempotent, gives it the bounded retry policy and
-// binds it to ctx.
+// the speculative attempt, and binds it to ctx.
 func (s *Store) idempotent(q *gocql.Query, ctx context.Context) *gocql.Query {
-	return q.WithContext(ctx).Idempotent(true).RetryPolicy(s.retry)
+	q = q.WithContext(ctx).Idempotent(true).RetryPolicy(s.retry)
+	if s.cfg.SpeculativeDelay > 0 {
+		q = q.SetSpeculativeExecutionPolicy(&gocql.SimpleSpeculativeExecution{NumAttempts: 1, TimeoutDelay: s.cfg.SpeculativeDelay})
+	}
+	return q
 }
 
 // acquire takes one of the process-wide query slots, waiting until ctx

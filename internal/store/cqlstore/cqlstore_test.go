@@ -246,6 +246,8 @@ func TestConfigValidate(t *testing.T) {
 		{"bad consistency", func(c *cqlstore.Config) { c.ReadConsistency = "SOME" }, `unknown level "SOME"`},
 		{"zero inflight", func(c *cqlstore.Config) { c.MaxInflight = 0 }, "max inflight 0 is outside [1, 65536]"},
 		{"too many retries", func(c *cqlstore.Config) { c.Retries = 50 }, "retries 50 is outside [0, 10]"},
+		{"negative speculative delay", func(c *cqlstore.Config) { c.SpeculativeDelay = -time.Millisecond }, "speculative delay -1ms is outside [0, the query timeout 6s)"},
+		{"speculative delay past the timeout", func(c *cqlstore.Config) { c.SpeculativeDelay = 6 * time.Second }, "speculative delay 6s is outside"},
 		{"empty dc", func(c *cqlstore.Config) { c.DC = "" }, "dc is empty"},
 		{"zero timeout", func(c *cqlstore.Config) { c.Timeout = 0 }, "timeout 0s must be positive"},
 		{"address map of ip:port", func(c *cqlstore.Config) { c.AddressMap = map[string]string{"10.0.0.5:9042": "127.0.0.1:19042"} }, ""},
