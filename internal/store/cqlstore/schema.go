@@ -171,11 +171,18 @@ func Migrate(ctx context.Context, cfg Config, r Replication, logf func(format st
 	return res, nil
 }
 
+// ddlTimeout is the least per-statement timeout of a migration: a schema
+// change returns only once the nodes agree on the new schema, which takes
+// tens of seconds on a busy multi-node cluster (seen on three nodes
+// sharing two cores), far above a point query's timeout.
+const ddlTimeout = 60 * time.Second
+
 func migrate(ctx context.Context, cfg Config, r Replication, logf func(string, ...any)) (MigrateResult, error) {
 	var res MigrateResult
 	if err := errors.Join(cfg.Validate(), r.validate()); err != nil {
 		return res, err
 	}
+	cfg.Timeout = max(cfg.Timeout, ddlTimeout)
 	created, err := ensureKeyspace(ctx, cfg, r, logf)
 	if err != nil {
 		return res, err
