@@ -139,7 +139,9 @@ func session(t *testing.T, hosts []string, cl gocql.Consistency) *gocql.Session 
 	t.Helper()
 	c := gocql.NewCluster(hosts...)
 	c.Consistency = cl
-	c.Timeout, c.ConnectTimeout = 10*time.Second, 10*time.Second
+	// Schema changes (DROP KEYSPACE) wait for every node to agree, which
+	// takes tens of seconds on a busy machine.
+	c.Timeout, c.ConnectTimeout = 60*time.Second, 10*time.Second
 	if len(hosts) == 1 {
 		c.DisableInitialHostLookup = true
 		c.HostFilter = gocql.WhiteListHostFilter(hosts[0])
