@@ -183,10 +183,22 @@ func (l *lockedBuffer) String() string {
 // clusterConfig is the config file of every replica: a one-second record
 // TTL, so reads keep reaching the store while nodes come and go, and the
 // callers the tests name.
+//
+// The methods get a patient 5 s timeout: three Cassandra nodes, three
+// memcached servers, two replicas and the load share two cores, where a
+// node's JVM was seen to pause for tens of seconds; a call that fails
+// must fail for what the fault did, not for the machine.
 const clusterConfig = `
+guard:
+  methods:
+    sluice.v1.PostRecords/GetPostRecords:
+      timeout: 5s
+    sluice.v1.PostRecords/PutPostRecords:
+      timeout: 5s
 cache:
   ttl: 1s
   negative_ttl: 1s
+  tombstone_ttl: 6s
 telemetry:
   clients: [feed, writer, checker]
 `
@@ -194,6 +206,14 @@ telemetry:
 // fleetConfig keeps records cached for the default ten minutes, so a pass
 // over the key set shows which keys a memcached server held.
 const fleetConfig = `
+guard:
+  methods:
+    sluice.v1.PostRecords/GetPostRecords:
+      timeout: 5s
+    sluice.v1.PostRecords/PutPostRecords:
+      timeout: 5s
+cache:
+  tombstone_ttl: 6s
 telemetry:
   clients: [feed, writer, checker]
 `

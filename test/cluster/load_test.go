@@ -46,7 +46,7 @@ const (
 	writers   = 2
 	readBatch = 10
 	pause     = 10 * time.Millisecond
-	callLimit = 5 * time.Second // each call's deadline
+	callLimit = 6 * time.Second // each call's deadline, above the methods' 5 s timeout
 )
 
 // startLoad runs readers and writers against the clients round-robin
@@ -154,6 +154,7 @@ type tally struct {
 	codes                              map[codes.Code]int
 	firstErr                           string
 	slowestWriteErr                    time.Duration
+	errAt                              []time.Duration // when each failed call started, after from
 }
 
 func (l *load) between(from, to time.Time) tally {
@@ -173,6 +174,7 @@ func (l *load) between(from, to time.Time) tally {
 			continue
 		}
 		t.codes[o.code]++
+		t.errAt = append(t.errAt, o.start.Sub(from).Round(100*time.Millisecond))
 		if t.firstErr == "" {
 			t.firstErr = fmt.Sprintf("%v: %s", o.code, o.msg)
 		}
@@ -187,7 +189,11 @@ func (l *load) between(from, to time.Time) tally {
 }
 
 func (t tally) String() string {
-	return fmt.Sprintf("%d reads (%d failed), %d writes (%d failed), codes %v", t.reads, t.readErrs, t.writes, t.writeErrs, t.codes)
+	s := fmt.Sprintf("%d reads (%d failed), %d writes (%d failed)", t.reads, t.readErrs, t.writes, t.writeErrs)
+	if len(t.codes) > 0 {
+		s += fmt.Sprintf(", codes %v, failed calls started at %v after the window opened", t.codes, t.errAt[:min(len(t.errAt), 10)])
+	}
+	return s
 }
 
 // ackedWrites returns a copy of every acknowledged write.
