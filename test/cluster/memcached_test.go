@@ -3,6 +3,7 @@
 package cluster
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -27,9 +28,15 @@ func TestMemcachedFleet(t *testing.T) {
 	const conns = 16
 	r := startReplicaWith(t, fleetConfig, ks, addrs, "--memcached-max-conns", "16")
 	p := &passes{t: t, r: r, uris: ks.uris}
-	p.run("warm-up")
-	if warm := p.run("warm"); warm.hitRatio() < 0.99 {
-		t.Fatalf("a second pass over a warm cache hit %.3f, want at least 0.99", warm.hitRatio())
+	// Warm up until a whole pass hits: on a busy machine a refill can
+	// miss its cache timeout and be dropped, to be refilled next pass.
+	for pass := 1; ; pass++ {
+		if p.run(fmt.Sprintf("warm-up %d", pass)).hitRatio() >= 0.99 {
+			break
+		}
+		if pass == 5 {
+			t.Fatal("five passes over the key set did not warm the cache to a 0.99 hit ratio")
+		}
 	}
 	l := startLoad(t, ks.uris, r.client())
 	from := time.Now()

@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -213,7 +214,7 @@ func cassandraClients(t *testing.T, hosts []string) map[netip.AddrPort]bool {
 		s := session(t, []string{h}, gocql.One)
 		it := s.Query(`SELECT address, port FROM system_views.clients`).Iter()
 		var (
-			addr []byte
+			addr net.IP
 			port int
 		)
 		for it.Scan(&addr, &port) {
