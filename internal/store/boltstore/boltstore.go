@@ -12,8 +12,14 @@
 // batch is stored entirely or not at all. Only one process may open a file at
 // a time; a second Open waits Options.Timeout for the file lock and fails.
 //
-// The file holds two buckets: "records", URI → value in a small versioned
-// binary encoding, and "meta", holding the schema version that Open checks.
+// The file holds three buckets: "records", URI → value in a small versioned
+// binary encoding; "meta", holding the schema version that Open checks; and
+// "journal", the invalidation journal (store.Journal): one entry per
+// changed URI, keyed by the change's time and a sequence number, written
+// in the same transaction as the record change. Each write transaction
+// also drops a bounded number of entries older than the retention, so the
+// journal stays bounded without a background task. The journal bucket is
+// created on Open when missing, so files from before it open unchanged.
 // The package does not cache, replicate or migrate; it refuses files written
 // by a newer schema.
 package boltstore
@@ -41,6 +47,7 @@ const schemaVersion = 1
 var (
 	recordsBucket = []byte("records")
 	metaBucket    = []byte("meta")
+	journalBucket = []byte("journal")
 	schemaKey     = []byte("schema_version")
 )
 
@@ -64,11 +71,20 @@ type Options struct {
 	// MaxRecordBytes is the largest record JSON, in bytes, that Put
 	// accepts. Default 64 KiB; at most 1 GiB.
 	MaxRecordBytes int
+	// JournalRetention is how long invalidation journal entries are kept.
+	// Default store.DefaultJournalRetention.
+	JournalRetention time.Duration
+	// JournalOrigin names this writer in the journal entries it writes
+	// (store.Change.Origin).
+	JournalOrigin string
 }
 
 func (o Options) timeout() time.Duration { return orDefault(o.Timeout, defaultTimeout) }
 func (o Options) maxURILength() int      { return orDefault(o.MaxURILength, defaultMaxURILength) }
 func (o Options) maxRecordBytes() int    { return orDefault(o.MaxRecordBytes, defaultMaxRecordBytes) }
+func (o Options) retention() time.Duration {
+	return orDefault(o.JournalRetention, store.DefaultJournalRetention)
+}
 
 // orDefault returns v, or def when v is zero.
 func orDefault[T time.Duration | int](v, def T) T {
@@ -83,6 +99,8 @@ func (o Options) validate() error {
 	switch {
 	case o.Timeout < 0:
 		return fmt.Errorf("boltstore: timeout %s is negative", o.Timeout)
+	case o.JournalRetention < 0:
+		return fmt.Errorf("boltstore: journal retention %s is negative", o.JournalRetention)
 	case o.MaxURILength < 0 || o.MaxURILength > bolt.MaxKeySize:
 		return fmt.Errorf("boltstore: max URI length %d is outside [0, %d]", o.MaxURILength, bolt.MaxKeySize)
 	case o.MaxRecordBytes < 0 || o.MaxRecordBytes > maxRecordBytesCeiling:
@@ -99,7 +117,10 @@ type Store struct {
 	opts Options
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store   = (*Store)(nil)
+	_ store.Journal = (*Store)(nil)
+)
 
 // Open opens the store in the file at path, creating the file and its parent
 // directory if needed. It fails if the file was written by a newer schema,
@@ -149,7 +170,8 @@ func initSchema(tx *bolt.Tx) error {
 	if tx.Bucket(recordsBucket) == nil {
 		return errors.New("meta bucket present but records bucket missing; the file is damaged")
 	}
-	return nil
+	_, err := tx.CreateBucketIfNotExists(journalBucket)
+	return err
 }
 
 // createSchema sets up an empty file. A records bucket without a meta
@@ -163,6 +185,9 @@ func createSchema(tx *bolt.Tx) error {
 		return err
 	}
 	if _, err := tx.CreateBucket(recordsBucket); err != nil {
+		return err
+	}
+	if _, err := tx.CreateBucket(journalBucket); err != nil {
 		return err
 	}
 	return meta.Put(schemaKey, binary.AppendUvarint(nil, schemaVersion))
@@ -242,12 +267,16 @@ func (s *Store) put(ctx context.Context, recs []store.Record) error {
 	}
 	return s.update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(recordsBucket)
+		j := s.journal(tx)
 		for i, r := range recs {
 			if err := b.Put([]byte(r.URI), vals[i]); err != nil {
 				return err
 			}
+			if err := j.add(r.URI); err != nil {
+				return err
+			}
 		}
-		return nil
+		return j.prune()
 	})
 }
 
@@ -275,7 +304,9 @@ func (s *Store) delete(ctx context.Context, uris []string) (int, error) {
 	}
 	n := 0
 	err := s.update(func(tx *bolt.Tx) error {
+		n = 0
 		b := tx.Bucket(recordsBucket)
+		j := s.journal(tx)
 		for _, uri := range uris {
 			k := []byte(uri)
 			if b.Get(k) == nil {
@@ -284,9 +315,12 @@ func (s *Store) delete(ctx context.Context, uris []string) (int, error) {
 			if err := b.Delete(k); err != nil {
 				return err
 			}
+			if err := j.add(uri); err != nil {
+				return err
+			}
 			n++
 		}
-		return nil
+		return j.prune()
 	})
 	if err != nil {
 		return 0, err

@@ -97,6 +97,45 @@ func TestContract(t *testing.T) {
 	})
 }
 
+// Tests that Store honours the store.Journal contract.
+func TestJournalContract(t *testing.T) {
+	storetest.RunJournal(t, func(t *testing.T) store.Store {
+		s, err := Open(tempPath(t), Options{JournalOrigin: storetest.JournalOrigin})
+		if err != nil {
+			t.Fatalf("Open: %v", err)
+		}
+		return s
+	})
+}
+
+// Tests that writes drop journal entries older than the retention, so the
+// journal stays bounded with no background task.
+func TestJournalPrunedByWrites(t *testing.T) {
+	ctx := testContext(t)
+	s, err := Open(tempPath(t), Options{JournalRetention: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer s.Close()
+	recs := make([]store.Record, 100)
+	for i := range recs {
+		recs[i] = rec(i)
+	}
+	if err := s.Put(ctx, recs); err != nil {
+		t.Fatalf("Put: %v", err)
+	}
+	if n, _ := s.JournalLen(); n != len(recs) {
+		t.Fatalf("journal holds %d entries after %d writes, want %d", n, len(recs), len(recs))
+	}
+	time.Sleep(60 * time.Millisecond)
+	if err := s.Put(ctx, recs[:1]); err != nil {
+		t.Fatalf("Put: %v", err)
+	}
+	if n, _ := s.JournalLen(); n != 1 {
+		t.Fatalf("journal holds %d entries after the retention passed and one more write, want 1", n)
+	}
+}
+
 // Tests that records written before Close are there after reopening.
 func TestDurableAcrossReopen(t *testing.T) {
 	ctx := testContext(t)

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/gocql/gocql"
+
+	"github.com/sluice-dev/sluice/internal/store"
 )
 
 // Defaults of Config. The timeouts sit a little above Cassandra's and
@@ -89,6 +91,15 @@ type Config struct {
 	// address. Nodes not in the map are dialed as advertised.
 	AddressMap map[string]string
 
+	// JournalRetention is how long invalidation journal rows live (their
+	// TTL). Default store.DefaultJournalRetention; at least a minute, so
+	// the rows outlive one journal bucket.
+	JournalRetention time.Duration
+	// JournalOrigin names this writer in the journal rows it writes
+	// (store.Change.Origin). Not settable by flags: the server picks one
+	// per process.
+	JournalOrigin string
+
 	// QueryObserver, when set, sees every query attempt (tests count
 	// concurrency with it). Not settable by flags.
 	QueryObserver gocql.QueryObserver
@@ -111,6 +122,7 @@ func DefaultConfig() Config {
 		NumConns:          DefaultNumConns,
 		ReconnectInterval: DefaultReconnectInterval,
 		SpeculativeDelay:  DefaultSpeculativeDelay,
+		JournalRetention:  store.DefaultJournalRetention,
 	}
 }
 
@@ -178,6 +190,9 @@ func (c Config) Validate() error {
 	}
 	if _, err := c.addressTranslator(); err != nil {
 		errs = append(errs, err)
+	}
+	if c.JournalRetention < journalBucketWidth || c.JournalRetention > maxJournalRetention {
+		errs = append(errs, fmt.Errorf("cql: journal retention %v is outside [%v, %v]", c.JournalRetention, journalBucketWidth, maxJournalRetention))
 	}
 	return errors.Join(errs...)
 }

@@ -60,6 +60,8 @@ const (
 	selectExists = `SELECT uri FROM records WHERE uri = ?`
 	insertRecord = `INSERT INTO records (uri, cid, json, created_at_us, indexed_at_us, takedown_ref, tags, gate_flags) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
 	deleteRecord = `DELETE FROM records WHERE uri = ?`
+	insertChange = `INSERT INTO journal (bucket, at_us, uri, origin) VALUES (?, ?, ?, ?) USING TTL ?`
+	selectChange = `SELECT at_us, uri, origin FROM journal WHERE bucket = ? AND at_us >= ? AND at_us < ?`
 )
 
 // Store is a store.Store on a CQL cluster. It is safe for concurrent use.
@@ -74,7 +76,10 @@ type Store struct {
 	hosts    hostTracker
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store   = (*Store)(nil)
+	_ store.Journal = (*Store)(nil)
+)
 
 // Open connects the read and write sessions and checks the schema. It
 // fails if no host answers, or if the keyspace lacks the schema this build
@@ -217,8 +222,8 @@ func (s *Store) put(ctx context.Context, recs []store.Record) error {
 	ts := time.Now().UnixMicro()
 	return fanout.Each(ctx, len(recs), func(ctx context.Context, i int) error {
 		r := recs[i]
-		q := s.write().Query(insertRecord, r.URI, r.CID, r.JSON, r.CreatedAt.UnixMicro(), r.IndexedAt.UnixMicro(), r.TakedownRef, r.Tags, gateFlags(r.Gates))
-		return s.exec(ctx, q.WithTimestamp(ts), "insert "+short(r.URI))
+		b := s.withChange(ts, r.URI, insertRecord, r.URI, r.CID, r.JSON, r.CreatedAt.UnixMicro(), r.IndexedAt.UnixMicro(), r.TakedownRef, r.Tags, gateFlags(r.Gates))
+		return s.execBatch(ctx, b, "insert "+short(r.URI))
 	})
 }
 
@@ -289,7 +294,7 @@ func (s *Store) delete(ctx context.Context, uris []string) (int, error) {
 			return err
 		}
 		n.Add(1)
-		return s.exec(ctx, s.write().Query(deleteRecord, uris[i]).WithTimestamp(ts), "delete "+short(uris[i]))
+		return s.execBatch(ctx, s.withChange(ts, uris[i], deleteRecord, uris[i]), "delete "+short(uris[i]))
 	})
 	return int(n.Load()), err
 }
@@ -321,19 +326,6 @@ func uniq(uris []string) []string {
 		}
 	}
 	return out
-}
-
-// exec runs one write statement in a slot.
-func (s *Store) exec(ctx context.Context, q *gocql.Query, what string) error {
-	release, err := s.acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer release()
-	if err := s.run(func() error { return s.idempotent(q, ctx).Exec() }); err != nil {
-		return queryError(ctx, what, err)
-	}
-	return nil
 }
 
 // idempotent marks q idempotent, gives it the bounded retry policy and

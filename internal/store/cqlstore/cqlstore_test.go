@@ -52,6 +52,17 @@ func TestContract(t *testing.T) {
 	})
 }
 
+// Tests that the CQL store passes the journal contract every backend
+// passes.
+func TestJournalContract(t *testing.T) {
+	cfg := cqltest.Keyspace(t, "sluice_test_journal")
+	cfg.JournalOrigin = storetest.JournalOrigin
+	storetest.RunJournal(t, func(t *testing.T) store.Store {
+		cqltest.Truncate(t, cfg)
+		return mustOpen(t, cfg)
+	})
+}
+
 // Tests that migrate creates the keyspace and applies every migration the
 // first time, and changes nothing the second time: no keyspace created, no
 // migration applied, the recorded migration rows untouched.

@@ -14,7 +14,7 @@ import (
 )
 
 // SchemaVersion is the newest schema this build writes and reads.
-const SchemaVersion = 2
+const SchemaVersion = 3
 
 // migration is one step of the schema; its statements are idempotent on
 // their own (IF NOT EXISTS), and its added columns are added only when
@@ -51,6 +51,23 @@ var migrations = []migration{{
 		{"records", "tags", "list<text>"},
 		{"records", "gate_flags", "int"},
 	},
+}, {
+	version:     3,
+	description: "invalidation journal partitioned by minute",
+	// Rows expire by TTL (set per insert from JournalRetention) and are
+	// never deleted, so TimeWindowCompactionStrategy drops whole expired
+	// SSTables instead of compacting tombstones; gc_grace_seconds is short
+	// because no row is ever deleted explicitly.
+	statements: []string{`CREATE TABLE IF NOT EXISTS journal (
+		bucket bigint,
+		at_us bigint,
+		uri text,
+		origin text,
+		PRIMARY KEY ((bucket), at_us, uri, origin)
+	) WITH comment = 'sluice invalidation journal: one row per changed record; bucket is at_us divided by 60 000 000 (one partition per minute)'
+	AND compaction = {'class': 'TimeWindowCompactionStrategy', 'compaction_window_unit': 'MINUTES', 'compaction_window_size': 10}
+	AND default_time_to_live = 1800
+	AND gc_grace_seconds = 3600`},
 }}
 
 // createMigrationsTable holds one row per applied migration.

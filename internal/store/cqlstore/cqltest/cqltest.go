@@ -114,10 +114,11 @@ func session(t testing.TB, addr string) *gocql.Session {
 	return s
 }
 
-// Truncate empties the records table of cfg's keyspace.
+// Truncate empties the records and journal tables of cfg's keyspace.
 func Truncate(t testing.TB, cfg cqlstore.Config) {
 	t.Helper()
 	Exec(t, cfg.Hosts[0], fmt.Sprintf("TRUNCATE %s.records", cfg.Keyspace))
+	Exec(t, cfg.Hosts[0], fmt.Sprintf("TRUNCATE %s.journal", cfg.Keyspace))
 }
 
 // Observer is a gocql.QueryObserver that records when every query attempt
