@@ -25,6 +25,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/clientpage"
 	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/identity"
+	"github.com/sluice-dev/sluice/internal/journal"
 	"github.com/sluice-dev/sluice/internal/posts"
 	"github.com/sluice-dev/sluice/internal/rpc"
 	"github.com/sluice-dev/sluice/internal/store"
@@ -50,11 +51,15 @@ type App struct {
 	Telemetry *telemetry.Telemetry
 	Tracing   *telemetry.Tracing
 	Posts     *posts.Service
-	Guard     *guard.Server
-	Admin     *admin.Server
-	closers   []func() error
-	tracer    trace.TracerProvider  // injected with WithTracerProvider
-	cqlStats  func() cqlstore.Stats // set when the store is the CQL one
+	// Follower follows the store's invalidation journal; nil when the
+	// journal is disabled or the store keeps none.
+	Follower *journal.Follower
+	Guard    *guard.Server
+	Admin    *admin.Server
+	closers  []func() error
+	tracer   trace.TracerProvider  // injected with WithTracerProvider
+	cqlStats func() cqlstore.Stats // set when the store is the CQL one
+	rawStore store.Store           // the backend, before any wrapping
 }
 
 // Option adjusts how New builds an App.
@@ -82,6 +87,7 @@ func New(cfg Config, log *slog.Logger, opts ...Option) (*App, error) {
 		return nil, err
 	}
 	cfg.CQL.Log = log
+	cfg.journalOrigin = newOrigin()
 	a := &App{cfg: cfg, log: log}
 	for _, opt := range opts {
 		opt(a)
@@ -104,8 +110,13 @@ func (a *App) build() error {
 		a.Store = st
 	}
 	a.closers = append(a.closers, a.Store.Close)
+	a.rawStore = a.Store
 	if cql, ok := a.Store.(*cqlstore.Store); ok {
 		a.cqlStats = cql.Stats
+	}
+	jr, _ := a.Store.(store.Journal)
+	if a.cfg.Journal.Disabled {
+		jr = nil
 	}
 	if a.cfg.StoreReadDelay > 0 {
 		a.Store = delayedStore{Store: a.Store, delay: a.cfg.StoreReadDelay}
@@ -114,10 +125,17 @@ func (a *App) build() error {
 	if err != nil {
 		return err
 	}
-	if a.Cache, err = cache.New(a.cfg.Cache, cache.WithTracerProvider(tp), cache.WithLogger(a.log)); err != nil {
+	cacheOpts := []cache.Option{cache.WithTracerProvider(tp), cache.WithLogger(a.log)}
+	if jr != nil {
+		cacheOpts = append(cacheOpts, cache.WithDistrust())
+	}
+	if a.Cache, err = cache.New(a.cfg.Cache, cacheOpts...); err != nil {
 		return err
 	}
 	a.closers = append(a.closers, a.Cache.Close)
+	if jr != nil {
+		a.Follower = journal.New(a.followerConfig(jr), jr, a.Cache, a.cfg.journalOrigin, journal.WithLogger(a.log))
+	}
 	if a.Telemetry, err = telemetry.New(a.cfg.Telemetry); err != nil {
 		return err
 	}
@@ -196,6 +214,11 @@ func (a *App) observe() error {
 			return err
 		}
 	}
+	if a.Follower != nil {
+		if err := a.Telemetry.ObserveJournal(a.Follower.Stats, a.journalSize); err != nil {
+			return err
+		}
+	}
 	if lh, ok := a.log.Handler().(*telemetry.LogHandler); ok {
 		return a.Telemetry.ObserveLogs(lh)
 	}
@@ -259,17 +282,33 @@ func (a *App) Serve(ctx context.Context, grpcLis, httpLis net.Listener) error {
 	a.log.Info("sluice serving", "grpc", grpcLis.Addr().String(), "admin", httpLis.Addr().String(),
 		"memcached", a.cfg.Cache.Servers, "memcached_max_conns", a.cfg.Cache.MaxConnsPerServer,
 		"store", a.cfg.storeName(), "tls", a.cfg.TLS.Enabled(), "note", a.trustNote(grpcLis.Addr()))
-	// Three lifecycle goroutines, each sending its result once; Serve
-	// returns the first error after all three have ended.
-	const servers = 3
-	done := make(chan error, servers)
+	if a.Follower != nil {
+		a.catchUp(ctx)
+	}
+	// Lifecycle goroutines, each sending its result once: the gRPC and
+	// admin servers, the drain watcher and, with a journal, its follower
+	// (which goes on until the drain is over). Serve returns the first
+	// error after all have ended.
+	servers := 3
+	followCtx, stopFollowing := context.WithCancel(context.Background())
+	defer stopFollowing()
+	done := make(chan error, 4)
 	go func() { done <- a.Guard.Serve(grpcLis) }()
 	go func() { done <- a.Admin.Serve(httpLis) }()
+	if a.Follower != nil {
+		servers++
+		go func() {
+			a.Follower.Run(followCtx)
+			done <- nil
+		}()
+	}
 	a.Guard.SetServing(true)
 	a.Admin.SetReady(true)
 	go func() {
 		<-ctx.Done()
-		done <- a.drain()
+		err := a.drain()
+		stopFollowing()
+		done <- err
 	}()
 	var err error
 	for range servers {

@@ -15,6 +15,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/guard/budget"
 	"github.com/sluice-dev/sluice/internal/identity"
+	"github.com/sluice-dev/sluice/internal/journal"
 	"github.com/sluice-dev/sluice/internal/rpc"
 	"github.com/sluice-dev/sluice/internal/store/cqlstore"
 	"github.com/sluice-dev/sluice/internal/telemetry"
@@ -29,6 +30,7 @@ type fileConfig struct {
 	Telemetry telemetry.Config   `yaml:"telemetry"`
 	Admission *budget.Config     `yaml:"admission"`
 	TLS       identity.TLSConfig `yaml:"tls"`
+	Journal   journal.Config     `yaml:"journal"`
 }
 
 // cacheFile holds the cache settings a file may change; servers and the
@@ -61,6 +63,11 @@ type Config struct {
 	CQL cqlstore.Config
 	// TLS turns on mutual TLS and client allow-listing; off by default.
 	TLS identity.TLSConfig
+	// Journal tunes the store's invalidation journal and its follower.
+	Journal journal.Config
+
+	// journalOrigin names this process in the journal; New sets it.
+	journalOrigin string
 }
 
 // DefaultConfig returns the defaults of every component, with the
@@ -96,7 +103,18 @@ func (c *Config) LoadFile(path string) error {
 	c.Cache = overlayCache(c.Cache, f.Cache)
 	c.Telemetry = c.Telemetry.Merge(f.Telemetry)
 	c.TLS = f.TLS
+	c.Journal = overlayJournal(c.Journal, f.Journal)
 	return nil
+}
+
+func overlayJournal(c, f journal.Config) journal.Config {
+	c.Disabled = c.Disabled || f.Disabled
+	c.MaxLag = cmp.Or(f.MaxLag, c.MaxLag)
+	c.Overlap = cmp.Or(f.Overlap, c.Overlap)
+	c.StartReplay = cmp.Or(f.StartReplay, c.StartReplay)
+	c.Parallelism = cmp.Or(f.Parallelism, c.Parallelism)
+	c.Retention = cmp.Or(f.Retention, c.Retention)
+	return c
 }
 
 // parseFile reads the YAML file at path, refusing unknown keys.
@@ -173,11 +191,20 @@ func (c Config) Validate() error {
 	if err := c.CQL.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := c.Journal.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if need := c.longestEntry() + c.Cache.TombstoneTTL; !c.Journal.Disabled && c.Journal.WithDefaults().Retention < need {
+		errs = append(errs, fmt.Errorf("config: journal retention %v must be at least the cache's longest entry lifetime plus its tombstone lifetime (%v): a replay onto a memcached server that was away longer than the retention must still reach every change that can have left a stale entry", c.Journal.WithDefaults().Retention, need))
+	}
 	if longest := c.longestTimeout(); c.Cache.TombstoneTTL <= longest {
 		errs = append(errs, fmt.Errorf("config: cache tombstone_ttl %v must exceed the longest method timeout %v, or a slow read could refill a stale record", c.Cache.TombstoneTTL, longest))
 	}
 	return errors.Join(errs...)
 }
+
+// longestEntry is the longest a cache entry lives.
+func (c Config) longestEntry() time.Duration { return max(c.Cache.TTL, c.Cache.NegativeTTL) }
 
 func (c Config) longestTimeout() time.Duration {
 	var longest time.Duration

@@ -14,10 +14,13 @@ import (
 // CQL.Hosts is set, else the embedded store in DataDir. `sluice seed`
 // uses it too, so it writes where `sluice serve` reads.
 func OpenStore(ctx context.Context, cfg Config) (store.Store, error) {
+	retention := cfg.Journal.WithDefaults().Retention
 	if cfg.CQL.Enabled() {
-		return cqlstore.Open(ctx, cfg.CQL)
+		cql := cfg.CQL
+		cql.JournalRetention, cql.JournalOrigin = retention, cfg.journalOrigin
+		return cqlstore.Open(ctx, cql)
 	}
-	return boltstore.Open(filepath.Join(cfg.DataDir, StoreFile), boltstore.Options{})
+	return boltstore.Open(filepath.Join(cfg.DataDir, StoreFile), boltstore.Options{JournalRetention: retention, JournalOrigin: cfg.journalOrigin})
 }
 
 // storeName describes the backend for the start-up log line.

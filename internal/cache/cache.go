@@ -96,6 +96,10 @@ type ServerStats struct {
 	// the times it opened (each also closed the idle connections).
 	BreakerState string
 	BreakerOpens int64
+	// Suspect reports a server not trusted since it failed (WithDistrust);
+	// Distrusted counts the hits it answered that were read as misses.
+	Suspect    bool
+	Distrusted int64
 }
 
 // New validates cfg and returns a Cache. It does not dial; connections are
@@ -109,7 +113,11 @@ func New(cfg Config, opts ...Option) (*Cache, error) {
 		opt(&c.opts)
 	}
 	for _, addr := range cfg.Servers {
-		c.servers = append(c.servers, newServer(addr, cfg, c.opts.log))
+		s := newServer(addr, cfg, c.opts.log)
+		if c.opts.distrust {
+			s.distrust = &distrust{}
+		}
+		c.servers = append(c.servers, s)
 	}
 	return c, nil
 }
@@ -130,7 +138,11 @@ func (c *Cache) GetMulti(ctx context.Context, uris []string) map[string]Entry {
 		return nil
 	})
 	out := make(map[string]Entry)
-	for _, items := range found {
+	for i, items := range found {
+		if chunks[i].srv.suspected() {
+			chunks[i].srv.distrusted.Add(int64(len(items)))
+			continue
+		}
 		for key, it := range items {
 			if e, ok := decode(it); ok {
 				out[byKey[key]] = e
@@ -154,7 +166,11 @@ func (c *Cache) Fill(ctx context.Context, entries map[string]Entry) {
 	defer cancel()
 	items := make([]*memcache.Item, 0, len(entries))
 	for uri, e := range entries {
-		items = append(items, c.encode(uri, e))
+		it := c.encode(uri, e)
+		if c.servers[pick(c.seeds, it.Key)].suspected() {
+			continue
+		}
+		items = append(items, it)
 	}
 	c.each(ctx, items, (*memcache.Client).Add)
 }
@@ -168,13 +184,18 @@ func (c *Cache) Fill(ctx context.Context, entries map[string]Entry) {
 func (c *Cache) Invalidate(ctx context.Context, uris []string) error {
 	items := make([]*memcache.Item, len(uris))
 	for i, u := range uris {
-		items[i] = &memcache.Item{Key: Key(u), Value: []byte{}, Flags: flagTombstone, Expiration: seconds(c.cfg.TombstoneTTL)}
+		items[i] = c.tombstone(Key(u))
 	}
 	failed, first := c.each(ctx, items, (*memcache.Client).Set)
 	if failed > 0 {
 		return fmt.Errorf("cache: invalidate: %d of %d tombstones not written: %w", failed, len(items), first)
 	}
 	return nil
+}
+
+// tombstone is the item Invalidate sets for key.
+func (c *Cache) tombstone(key string) *memcache.Item {
+	return &memcache.Item{Key: key, Value: []byte{}, Flags: flagTombstone, Expiration: seconds(c.cfg.TombstoneTTL)}
 }
 
 // Stats returns the counters of each server, in Config.Servers order.
@@ -215,6 +236,9 @@ func (c *Cache) each(ctx context.Context, items []*memcache.Item, op func(*memca
 	failed, first := 0, error(nil)
 	for i, err := range errs {
 		if err != nil && !isSuccessful(err) {
+			if items[i].Flags == flagTombstone {
+				c.servers[pick(c.seeds, items[i].Key)].failed()
+			}
 			failed++
 			if first == nil {
 				first = fmt.Errorf("key %s: %w", items[i].Key, err)

@@ -12,12 +12,21 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 )
 
-// Option adjusts a Cache's instrumentation; it changes no behaviour.
+// Option adjusts a Cache's instrumentation, or turns on distrust.
 type Option func(*options)
 
 type options struct {
-	tracer trace.Tracer
-	log    *slog.Logger
+	tracer   trace.Tracer
+	log      *slog.Logger
+	distrust bool
+}
+
+// WithDistrust makes a server that fails suspect until Trust: its hits
+// are read as misses and Fill skips it (see Suspect). Only a caller that
+// replays the store's journal onto suspects and then calls Trust should
+// turn it on; otherwise a server that failed once is never read again.
+func WithDistrust() Option {
+	return func(o *options) { o.distrust = true }
 }
 
 func defaultOptions() options {

@@ -42,6 +42,8 @@ type server struct {
 	hits, misses, errors, skipped atomic.Int64
 	waits, waitExpired            atomic.Int64
 	breakerOpens                  atomic.Int64
+	distrusted                    atomic.Int64
+	distrust                      *distrust // nil without WithDistrust
 }
 
 func newServer(addr string, cfg Config, log *slog.Logger) *server {
@@ -100,11 +102,13 @@ func (s *server) count(err error) error {
 	switch {
 	case errors.Is(err, gobreaker.ErrOpenState), errors.Is(err, gobreaker.ErrTooManyRequests), errors.Is(err, errOpenedWhileWaiting):
 		s.skipped.Add(1)
+		s.failed()
 		return fmt.Errorf("%w: %s: %w", ErrUnavailable, s.addr, err)
 	case errors.Is(err, errCallerGone):
 		s.waitExpired.Add(1)
 	case err != nil && !isSuccessful(err):
 		s.errors.Add(1)
+		s.failed()
 		s.log.Error("memcached call failed", "kind", errorKind(err), "err", err)
 	}
 	return err
@@ -174,6 +178,8 @@ func (s *server) stats() ServerStats {
 		WaitExpired:  s.waitExpired.Load(),
 		BreakerState: s.breaker.State().String(),
 		BreakerOpens: s.breakerOpens.Load(),
+		Suspect:      s.suspected(),
+		Distrusted:   s.distrusted.Load(),
 	}
 }
 

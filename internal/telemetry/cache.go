@@ -25,6 +25,7 @@ func (t *Telemetry) ObserveCache(stats func() []cache.ServerStats) error {
 		"sluice.cache.errors":        func(s cache.ServerStats) int64 { return s.Errors },
 		"sluice.cache.skipped":       func(s cache.ServerStats) int64 { return s.Skipped },
 		"sluice.cache.breaker_opens": func(s cache.ServerStats) int64 { return s.BreakerOpens },
+		"sluice.cache.distrusted":    func(s cache.ServerStats) int64 { return s.Distrusted },
 	}
 	gauges := map[string]func(cache.ServerStats) int64{
 		"sluice.memcached.connections.open":   func(s cache.ServerStats) int64 { return s.OpenConns },

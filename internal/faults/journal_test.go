@@ -1,0 +1,169 @@
+package faults
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
+	"github.com/sluice-dev/sluice/internal/promtext"
+	"github.com/sluice-dev/sluice/internal/testenv"
+)
+
+// thawChange is a write that a frozen memcached misses: what the test
+// does to the post while memcached is stopped, and how a read tells the
+// old version from the new.
+type thawChange struct {
+	name string
+	// change writes or deletes the post through sluice.
+	change func(ctx context.Context, t *testing.T, c sluicev1.PostRecordsClient, uri string)
+	// stale reports whether a read answer shows the version from before
+	// the change.
+	stale func(r *sluicev1.PostRecord, oldCID string) bool
+}
+
+var thawChanges = []thawChange{
+	{
+		name: "delete",
+		change: func(ctx context.Context, t *testing.T, c sluicev1.PostRecordsClient, uri string) {
+			resp, err := c.DeletePostRecords(ctx, &sluicev1.DeletePostRecordsRequest{Uris: []string{uri}})
+			if err != nil || resp.GetDeleted() != 1 {
+				t.Fatalf("DeletePostRecords = %v, %v; want 1 deleted", resp, err)
+			}
+		},
+		stale: func(r *sluicev1.PostRecord, _ string) bool { return r.GetFound() },
+	},
+	{
+		name: "new-version",
+		change: func(ctx context.Context, t *testing.T, c sluicev1.PostRecordsClient, uri string) {
+			rec := &sluicev1.PostRecord{Uri: uri, Cid: "bafyreithawednewversion",
+				Record: []byte(`{"$type":"app.bsky.feed.post","text":"edited while memcached was frozen","createdAt":"2024-11-05T14:30:15Z"}`)}
+			resp, err := c.PutPostRecords(ctx, &sluicev1.PutPostRecordsRequest{Records: []*sluicev1.PostRecord{rec}})
+			if err != nil || resp.GetWritten() != 1 {
+				t.Fatalf("PutPostRecords = %v, %v; want 1 written", resp, err)
+			}
+		},
+		stale: func(r *sluicev1.PostRecord, oldCID string) bool { return r.GetCid() == oldCID },
+	},
+}
+
+// Tests the outage the invalidation journal exists for, against the real
+// binary and a real memcached: a post is read twice (cached), memcached is
+// frozen with SIGSTOP, reads go on until the breaker opens, the post is
+// deleted (or rewritten) — sluice acknowledges it while its tombstone
+// cannot be written — and memcached is thawed with SIGCONT. No read after
+// the thaw may return the old version. The same run with the journal
+// disabled (the behaviour before it) must return the old version after
+// the thaw, which shows the test can fail.
+func TestNoStaleReadAfterMemcachedThaw(t *testing.T) {
+	for _, ch := range thawChanges {
+		t.Run(ch.name, func(t *testing.T) {
+			if stale := thawRun(t, ch, false); stale != 0 {
+				t.Errorf("%d reads after the thaw returned the version from before the acknowledged %s, want 0", stale, ch.name)
+			}
+		})
+		t.Run(ch.name+"/journal-disabled", func(t *testing.T) {
+			if stale := thawRun(t, ch, true); stale == 0 {
+				t.Errorf("with the journal disabled no read after the thaw returned the old version; the test no longer reproduces the outage")
+			}
+		})
+	}
+}
+
+// thawRun runs the freeze, change and thaw once and returns how many of
+// the reads after the thaw returned the old version.
+func thawRun(t *testing.T, ch thawChange, disabled bool) int {
+	mc := testenv.StartMemcached(t)
+	cfgFile := filepath.Join(t.TempDir(), "sluice.yaml")
+	cfg := "cache:\n  timeout: 200ms\n  breaker_cool_down: 300ms\n"
+	if disabled {
+		cfg += "journal:\n  disabled: true\n"
+	}
+	if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := newCluster(t, mc.Addr(), 20, "--config", cfgFile)
+	sl := c.start()
+	sl.waitReady(t, time.Now(), 30*time.Second)
+	conn, err := grpc.NewClient(c.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := sluicev1.NewPostRecordsClient(conn)
+	uri := c.uris[3]
+	read := func() *sluicev1.PostRecord {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := client.GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: []string{uri}})
+		if err != nil {
+			t.Fatalf("GetPostRecords: %v", err)
+		}
+		return resp.GetRecords()[0]
+	}
+	first := read()
+	if !first.GetFound() {
+		t.Fatalf("seeded post %s not found", uri)
+	}
+	read()
+	if hits := metric(t, sl, "sluice_cache_hits_total"); hits < 1 {
+		t.Fatalf("second read was not a cache hit (hits %v); the test needs the post cached", hits)
+	}
+
+	mc.Pause()
+	paused := true
+	defer func() {
+		if paused {
+			mc.Resume()
+		}
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for metric(t, sl, "sluice_cache_breaker_opens_total") < 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("breaker did not open within 30s of freezing memcached")
+		}
+		read()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ch.change(ctx, t, client, uri)
+	cancel()
+	if r := read(); ch.stale(r, first.GetCid()) {
+		t.Fatalf("a read while memcached is frozen returned the old version: %v", r)
+	}
+
+	mc.Resume()
+	paused = false
+	// Read for three cool-downs and a few follower polls after the thaw.
+	stale, reads := 0, 0
+	for end := time.Now().Add(3 * time.Second); time.Now().Before(end); reads++ {
+		if ch.stale(read(), first.GetCid()) {
+			stale++
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("journal disabled %v: %d of %d reads after the thaw returned the old version; cache hits %v, breaker opens %v",
+		disabled, stale, reads, metric(t, sl, "sluice_cache_hits_total"), metric(t, sl, "sluice_cache_breaker_opens_total"))
+	if !disabled && metric(t, sl, "sluice_journal_replays_total") < 1 {
+		t.Errorf("no journal replay was counted after the thaw")
+	}
+	return stale
+}
+
+// metric sums one family on the process's /metrics.
+func metric(t *testing.T, p *proc, name string) float64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	fams, err := promtext.Scrape(ctx, &http.Client{Timeout: 5 * time.Second}, p.adminURL+"/metrics")
+	if err != nil {
+		t.Fatalf("scrape %s: %v", fmt.Sprint(p.adminURL), err)
+	}
+	return fams.Sum(name, nil)
+}
