@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/sluice-dev/sluice/internal/app"
@@ -25,6 +26,7 @@ func serve(ctx context.Context, args []string) error {
 	logs := telemetry.NewLogHandler(os.Stderr, telemetry.LogConfig{})
 	defer logs.CloseWithTimeout()
 	log := slog.New(logs)
+	flags.cfg.AfterStoreWrite = killAfterStoreWrite(os.Getenv(killAfterStoreWriteEnv))
 	a, err := app.New(flags.cfg, log)
 	if err != nil {
 		return err
@@ -76,6 +78,26 @@ func reloadOnHangup(ctx context.Context, hup <-chan os.Signal, a *app.App, path 
 		}
 		if err := a.ReloadAdmission(path); err != nil {
 			log.Error("SIGHUP: keeping the budgets in force", "file", path, "err", err)
+		}
+	}
+}
+
+// killAfterStoreWriteEnv names a test hook: when set, a write of a URI
+// containing its value kills the process with SIGKILL after the store
+// acknowledged the write and before the cache is invalidated, the crash
+// the invalidation journal must survive. Tests set it; nothing else
+// should.
+const killAfterStoreWriteEnv = "SLUICE_TEST_KILL_AFTER_STORE_WRITE"
+
+func killAfterStoreWrite(marker string) func([]string) {
+	if marker == "" {
+		return nil
+	}
+	return func(uris []string) {
+		for _, u := range uris {
+			if strings.Contains(u, marker) {
+				_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			}
 		}
 	}
 }

@@ -161,7 +161,7 @@ func (a *App) build() error {
 		return err
 	}
 	a.Posts = posts.New(aturi.PostCollection, a.Cache, instrumented, posts.DefaultWriteLimits(),
-		posts.WithTracerProvider(tp), posts.WithLogger(a.log))
+		posts.WithTracerProvider(tp), posts.WithLogger(a.log), a.afterStoreWrite())
 	if err := a.Guard.Register(&sluicev1.PostRecords_ServiceDesc, rpc.NewPostRecords(a.Posts, requests).WithLimits(a.Guard)); err != nil {
 		return err
 	}

@@ -66,6 +66,11 @@ type Config struct {
 	// Journal tunes the store's invalidation journal and its follower.
 	Journal journal.Config
 
+	// AfterStoreWrite, when set, is called with a write's URIs between
+	// the store write and the cache invalidation: a test hook for a crash
+	// between the two. Not settable by the file or flags.
+	AfterStoreWrite func(uris []string)
+
 	// journalOrigin names this process in the journal; New sets it.
 	journalOrigin string
 }

@@ -116,7 +116,23 @@ func startServer(t *testing.T, nPosts int, mutate func(*Config), options ...serv
 			t.Errorf("Close: %v", err)
 		}
 	})
+	ts.waitCaughtUp()
 	return ts
+}
+
+// waitCaughtUp waits until Serve's start-up journal replay has trusted
+// memcached, so that tests see a server as it serves.
+func (ts *testServer) waitCaughtUp() {
+	ts.t.Helper()
+	f := ts.app.Follower
+	for deadline := time.Now().Add(defaultTestTimeout); f != nil; time.Sleep(5 * time.Millisecond) {
+		if f.Stats().Replays > 0 && len(ts.app.Cache.Suspects()) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			ts.t.Fatalf("the start-up journal replay did not trust memcached within %v: %+v", defaultTestTimeout, f.Stats())
+		}
+	}
 }
 
 func (ts *testServer) seed(n int) {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/journal"
+	"github.com/sluice-dev/sluice/internal/posts"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/store/boltstore"
 )
@@ -59,4 +60,12 @@ func (a *App) journalSize() (int64, bool) {
 	}
 	n, err := b.JournalLen()
 	return int64(n), err == nil
+}
+
+// afterStoreWrite passes the config's test hook to the write path.
+func (a *App) afterStoreWrite() posts.Option {
+	if a.cfg.AfterStoreWrite == nil {
+		return posts.WithAfterStoreWrite(func([]string) {})
+	}
+	return posts.WithAfterStoreWrite(a.cfg.AfterStoreWrite)
 }

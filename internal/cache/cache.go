@@ -182,15 +182,38 @@ func (c *Cache) Fill(ctx context.Context, entries map[string]Entry) {
 // those skipped by an open breaker; the caller decides whether that
 // matters.
 func (c *Cache) Invalidate(ctx context.Context, uris []string) error {
-	items := make([]*memcache.Item, len(uris))
-	for i, u := range uris {
-		items[i] = c.tombstone(Key(u))
+	calls := make([]call, 0, len(uris))
+	for _, u := range uris {
+		calls = append(calls, c.tombstoneCalls(Key(u))...)
 	}
-	failed, first := c.each(ctx, items, (*memcache.Client).Set)
+	failed, first := c.run(ctx, calls, (*memcache.Client).Set)
 	if failed > 0 {
-		return fmt.Errorf("cache: invalidate: %d of %d tombstones not written: %w", failed, len(items), first)
+		return fmt.Errorf("cache: invalidate: %d of %d tombstones not written: %w", failed, len(calls), first)
 	}
 	return nil
+}
+
+// tombstoneCalls are the tombstone writes for key: on its current owner
+// and, with WithDistrust, also on its rendezvous first and second choices.
+// The second choice holds the key while the first's breaker is open; a
+// copy it filled during one outage must not outlive a write made after,
+// or the next outage would serve it.
+func (c *Cache) tombstoneCalls(key string) []call {
+	it := c.tombstone(key)
+	owner := c.ownerIndex(key)
+	calls := []call{{srv: c.servers[owner], item: it}}
+	if !c.opts.distrust || len(c.servers) == 1 {
+		return calls
+	}
+	first := pick(c.seeds, key)
+	second := pickLive(c.seeds, key, func(i int) bool { return i != first })
+	for _, i := range []int{first, second} {
+		if i != owner {
+			calls = append(calls, call{srv: c.servers[i], item: it})
+			owner = i // a first choice that owns the key is not written twice
+		}
+	}
+	return calls
 }
 
 // tombstone is the item Invalidate sets for key.
@@ -221,27 +244,44 @@ func (c *Cache) Close() error {
 	return c.err
 }
 
-// each runs op for every item, one call per item, and reports how many
-// failed for reasons other than a refused ADD, with the first such error.
+// each runs op for every item, one call per item on the item's current
+// owner, and reports how many failed for reasons other than a refused
+// ADD, with the first such error.
 func (c *Cache) each(ctx context.Context, items []*memcache.Item, op func(*memcache.Client, *memcache.Item) error) (int, error) {
-	errs := make([]error, len(items))
+	calls := make([]call, len(items))
+	for i, it := range items {
+		calls[i] = call{srv: c.owner(it.Key), item: it}
+	}
+	return c.run(ctx, calls, op)
+}
+
+// call is one item's operation on one server.
+type call struct {
+	srv  *server
+	item *memcache.Item
+}
+
+// run makes calls under the request's fan-out limit and reports how many
+// failed for reasons other than a refused ADD, with the first such
+// error. A tombstone not written counts as a failure of its server.
+func (c *Cache) run(ctx context.Context, calls []call, op func(*memcache.Client, *memcache.Item) error) (int, error) {
+	errs := make([]error, len(calls))
 	for i := range errs {
 		errs[i] = errNotAttempted
 	}
-	_ = fanout.Each(ctx, len(items), func(ctx context.Context, i int) error {
-		s := c.owner(items[i].Key)
-		errs[i] = s.do(ctx, func(mc *memcache.Client) error { return op(mc, items[i]) })
+	_ = fanout.Each(ctx, len(calls), func(ctx context.Context, i int) error {
+		errs[i] = calls[i].srv.do(ctx, func(mc *memcache.Client) error { return op(mc, calls[i].item) })
 		return nil
 	})
 	failed, first := 0, error(nil)
 	for i, err := range errs {
 		if err != nil && !isSuccessful(err) {
-			if items[i].Flags == flagTombstone {
-				c.servers[pick(c.seeds, items[i].Key)].failed()
+			if calls[i].item.Flags == flagTombstone {
+				calls[i].srv.failed()
 			}
 			failed++
 			if first == nil {
-				first = fmt.Errorf("key %s: %w", items[i].Key, err)
+				first = fmt.Errorf("key %s on %s: %w", calls[i].item.Key, calls[i].srv.addr, err)
 			}
 		}
 	}

@@ -124,7 +124,8 @@ func (c *Cache) SuspectAll(since time.Time) {
 }
 
 // DropOn deletes, on the server at addr only, the entries of those uris
-// that the server holds; URIs held by other servers are skipped. A replay
+// whose first rendezvous choice it is — on it even while its breaker is
+// open, so a replay never lands on a stand-in; others are skipped. A replay
 // deletes rather than tombstones: the server is distrusted meanwhile, so
 // this process fills nothing on it, and a tombstone would block refills
 // of every replayed key for TombstoneTTL after the server is back. It
@@ -134,15 +135,15 @@ func (c *Cache) DropOn(ctx context.Context, addr string, uris []string) error {
 	if idx < 0 {
 		return fmt.Errorf("cache: drop on %s: not a configured server", addr)
 	}
-	var items []*memcache.Item
+	var calls []call
 	for _, u := range uris {
 		if k := Key(u); pick(c.seeds, k) == idx {
-			items = append(items, &memcache.Item{Key: k})
+			calls = append(calls, call{srv: c.servers[idx], item: &memcache.Item{Key: k}})
 		}
 	}
 	del := func(mc *memcache.Client, it *memcache.Item) error { return mc.Delete(it.Key) }
-	if failed, first := c.each(ctx, items, del); failed > 0 {
-		return fmt.Errorf("cache: drop on %s: %d of %d deletes failed: %w", addr, failed, len(items), first)
+	if failed, first := c.run(ctx, calls, del); failed > 0 {
+		return fmt.Errorf("cache: drop on %s: %d of %d deletes failed: %w", addr, failed, len(calls), first)
 	}
 	return nil
 }

@@ -11,14 +11,15 @@ import (
 type Option func(*options)
 
 type options struct {
-	tracer trace.Tracer
-	log    *slog.Logger
+	tracer          trace.Tracer
+	log             *slog.Logger
+	afterStoreWrite func(uris []string)
 }
 
 const tracerName = "github.com/sluice-dev/sluice/internal/posts"
 
 func defaultOptions() options {
-	return options{tracer: noop.NewTracerProvider().Tracer(tracerName), log: slog.New(slog.DiscardHandler)}
+	return options{tracer: noop.NewTracerProvider().Tracer(tracerName), log: slog.New(slog.DiscardHandler), afterStoreWrite: func([]string) {}}
 }
 
 // WithTracerProvider gives each read a span (posts.Get: client, batch
@@ -34,4 +35,11 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // logger must rate-limit (telemetry.LogHandler does). Default: no logs.
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) { o.log = l }
+}
+
+// WithAfterStoreWrite calls fn with a write's URIs after the store
+// acknowledged it and before its cache entries are invalidated: a test
+// hook for the crash between the two. Default: nothing.
+func WithAfterStoreWrite(fn func(uris []string)) Option {
+	return func(o *options) { o.afterStoreWrite = fn }
 }

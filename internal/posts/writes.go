@@ -30,6 +30,7 @@ func (s *Service) Put(ctx context.Context, recs []store.Record) (int, error) {
 		s.logWriteError(ctx, "put", len(recs), err)
 		return 0, fmt.Errorf("posts: write %d records: %w", len(recs), err)
 	}
+	s.opts.afterStoreWrite(uriList(recs))
 	s.invalidate(ctx, uriList(recs))
 	return len(recs), nil
 }
@@ -45,6 +46,7 @@ func (s *Service) Delete(ctx context.Context, uris []string) (int, error) {
 		s.logWriteError(ctx, "delete", len(uris), err)
 		return 0, fmt.Errorf("posts: delete %d records: %w", len(uris), err)
 	}
+	s.opts.afterStoreWrite(uris)
 	s.invalidate(ctx, uris)
 	return n, nil
 }

@@ -1,0 +1,191 @@
+package journal
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/cache"
+	"github.com/sluice-dev/sluice/internal/store"
+	"github.com/sluice-dev/sluice/internal/testenv"
+)
+
+// memJournal is a store.Journal held in memory.
+type memJournal struct {
+	mu      sync.Mutex
+	changes []store.Change
+	fail    error
+}
+
+func (m *memJournal) add(uri, origin string, at time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.changes = append(m.changes, store.Change{URI: uri, Origin: origin, At: at})
+}
+
+func (m *memJournal) Changes(_ context.Context, from, to time.Time, fn func(store.Change) error) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.fail != nil {
+		return m.fail
+	}
+	for _, c := range m.changes {
+		if !c.At.Before(from) && c.At.Before(to) {
+			if err := fn(c); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (m *memJournal) Retention() time.Duration { return time.Hour }
+
+func newCache(t *testing.T, servers ...string) *cache.Cache {
+	t.Helper()
+	cfg := cache.DefaultConfig()
+	cfg.Servers = servers
+	cfg.Timeout = 200 * time.Millisecond
+	c, err := cache.New(cfg, cache.WithDistrust())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func uri(t *testing.T, i int) string {
+	return fmt.Sprintf("at://did:plc:%s/app.bsky.feed.post/3k%06d", t.Name()[len(t.Name())-6:], i)
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+// cached fills uris and reports which of them GetMulti then answers.
+func hits(ctx context.Context, c *cache.Cache, uris ...string) map[string]bool {
+	out := map[string]bool{}
+	for u := range c.GetMulti(ctx, uris) {
+		out[u] = true
+	}
+	return out
+}
+
+// Tests that a poll tombstones other writers' changes and leaves the
+// follower's own alone (the write path tombstoned them).
+func TestPollTombstonesOtherWritersOnly(t *testing.T) {
+	ctx := ctx(t)
+	c := newCache(t, testenv.SharedMemcached(t))
+	j := &memJournal{}
+	f := New(Config{}, j, c, "me")
+	mine, theirs := uri(t, 1), uri(t, 2)
+	c.Fill(ctx, map[string]cache.Entry{mine: {Value: []byte("v1")}, theirs: {Value: []byte("v1")}})
+	if h := hits(ctx, c, mine, theirs); !h[mine] || !h[theirs] {
+		t.Fatalf("filled entries not cached: %v", h)
+	}
+	now := time.Now()
+	j.add(mine, "me", now)
+	j.add(theirs, "another replica", now)
+	f.step(ctx)
+	h := hits(ctx, c, mine, theirs)
+	if h[theirs] {
+		t.Errorf("another writer's change was not tombstoned")
+	}
+	if !h[mine] {
+		t.Errorf("the follower's own change was tombstoned again")
+	}
+	if s := f.Stats(); s.Applied != 1 || s.Own != 1 {
+		t.Errorf("stats = %+v, want 1 applied and 1 own", s)
+	}
+	// A second poll sees the change again (Overlap) but does not count
+	// it twice.
+	f.step(ctx)
+	if s := f.Stats(); s.Applied != 1 {
+		t.Errorf("after a second poll applied = %d, want 1", s.Applied)
+	}
+}
+
+// Tests that a distrusted server is read as misses until a replay has
+// deleted every URI changed since its failure, then trusted, and that
+// the replay covers the follower's own changes too.
+func TestReplayThenTrust(t *testing.T) {
+	ctx := ctx(t)
+	c := newCache(t, testenv.SharedMemcached(t))
+	j := &memJournal{}
+	f := New(Config{}, j, c, "me")
+	changed, untouched := uri(t, 1), uri(t, 2)
+	c.Fill(ctx, map[string]cache.Entry{changed: {Value: []byte("old")}, untouched: {Value: []byte("v1")}})
+	failedAt := time.Now()
+	c.SuspectAll(failedAt)
+	j.add(changed, "me", failedAt.Add(time.Millisecond))
+	if h := hits(ctx, c, changed, untouched); len(h) != 0 {
+		t.Fatalf("a distrusted server answered hits %v", h)
+	}
+	f.step(ctx)
+	if s := c.Suspects(); len(s) != 0 {
+		t.Fatalf("still distrusted after a replay: %+v", s)
+	}
+	h := hits(ctx, c, changed, untouched)
+	if h[changed] {
+		t.Errorf("the replay left the changed record's old entry")
+	}
+	if !h[untouched] {
+		t.Errorf("an untouched entry is not read after the server was trusted again")
+	}
+	if s := f.Stats(); s.Replays != 1 || s.ReplayedURIs != 1 {
+		t.Errorf("stats = %+v, want one replay of one URI", s)
+	}
+}
+
+// Tests that a replay that cannot read the journal, or cannot reach the
+// server, leaves it distrusted.
+func TestFailedReplayKeepsDistrust(t *testing.T) {
+	ctx := ctx(t)
+	t.Run("journal unreadable", func(t *testing.T) {
+		c := newCache(t, testenv.SharedMemcached(t))
+		j := &memJournal{fail: store.ErrUnavailable}
+		f := New(Config{}, j, c, "me")
+		c.SuspectAll(time.Now())
+		f.step(ctx)
+		if len(c.Suspects()) != 1 || f.Stats().ReplayFailures != 1 || f.Stats().ReadErrors != 1 {
+			t.Fatalf("suspects %v, stats %+v; want the server still distrusted and one failed replay", c.Suspects(), f.Stats())
+		}
+	})
+	t.Run("server down", func(t *testing.T) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dead := l.Addr().String()
+		l.Close()
+		c := newCache(t, dead)
+		j := &memJournal{}
+		j.add(uri(t, 1), "me", time.Now())
+		f := New(Config{}, j, c, "me")
+		c.SuspectAll(time.Now().Add(-time.Second))
+		f.step(ctx)
+		if len(c.Suspects()) != 1 {
+			t.Fatalf("a server that refused the replay was trusted again")
+		}
+	})
+}
+
+// Tests that a failure during a replay is not forgotten: Trust refuses a
+// suspect listed before the failure.
+func TestTrustRefusesAfterNewFailure(t *testing.T) {
+	c := newCache(t, testenv.SharedMemcached(t))
+	c.SuspectAll(time.Now())
+	s := c.Suspects()[0]
+	c.SuspectAll(time.Now()) // another failure
+	if c.Trust(s) {
+		t.Fatal("Trust accepted a suspect that failed again since it was listed")
+	}
+	if !c.Trust(c.Suspects()[0]) {
+		t.Fatal("Trust refused a current suspect")
+	}
+}
