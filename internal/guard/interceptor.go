@@ -211,8 +211,7 @@ const CriticalityKey = "x-criticality"
 
 // criticality reports whether the request is batch work.
 func criticality(ctx context.Context) (batch bool, err error) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	vals := md.Get(CriticalityKey)
+	vals := metadata.ValueFromIncomingContext(ctx, CriticalityKey)
 	if len(vals) == 0 {
 		return false, nil
 	}

@@ -35,9 +35,10 @@ type clientKey struct{}
 
 // FromIncoming returns the caller's name from the incoming gRPC metadata.
 func FromIncoming(ctx context.Context) string {
-	md, _ := metadata.FromIncomingContext(ctx)
-	for _, key := range []string{ClientIDKey, AtlantisCallerKey} {
-		if vals := md.Get(key); len(vals) > 0 {
+	// ValueFromIncomingContext reads one key without copying the whole
+	// metadata, as FromIncomingContext does.
+	for _, key := range [...]string{ClientIDKey, AtlantisCallerKey} {
+		if vals := metadata.ValueFromIncomingContext(ctx, key); len(vals) > 0 {
 			if name := clean(vals[0]); name != "" {
 				return name
 			}

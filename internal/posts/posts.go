@@ -43,9 +43,14 @@ type Cache interface {
 
 // Result is the answer for one requested URI.
 type Result struct {
-	Record    store.Record // URI is always set; the rest only when Found
+	Record    store.Record // URI is always set; the rest only when Found and Wire is nil
 	Found     bool
 	FromCache bool
+	// Wire is the record's sluice.v1.PostRecord encoding as the cache
+	// holds it, checked well-formed and naming this URI (checkWire). Only
+	// GetEncoded sets it, for records found in the cache; Record then
+	// holds only the URI. Callers must not modify it.
+	Wire []byte
 }
 
 // Counts summarises where a batch's answers came from. Invalid counts
@@ -105,6 +110,28 @@ func (s *Service) Coalesced() int64 { return s.coalesced.Load() }
 // is not a record AT-URI of the collection, and with an error wrapping
 // store.ErrUnavailable if the store fails for any URI the cache lacks.
 func (s *Service) Get(ctx context.Context, uris []string) ([]Result, Counts, error) {
+	out, counts, err := s.GetEncoded(ctx, uris)
+	if err != nil {
+		return nil, Counts{}, err
+	}
+	for i := range out {
+		if out[i].Wire == nil {
+			continue
+		}
+		var pr sluicev1.PostRecord
+		if err := proto.Unmarshal(out[i].Wire, &pr); err != nil {
+			// checkWire accepted these bytes, so this cannot happen.
+			return nil, Counts{}, fmt.Errorf("posts: decode cached %s: %w", out[i].Record.URI, err)
+		}
+		out[i].Record, out[i].Wire = FromProto(&pr), nil
+	}
+	return out, counts, nil
+}
+
+// GetEncoded is Get, except that a record found in the cache is returned
+// in the encoding the cache holds (Result.Wire), not decoded: a server
+// can copy those bytes into its response as they are.
+func (s *Service) GetEncoded(ctx context.Context, uris []string) ([]Result, Counts, error) {
 	if err := s.validate(uris); err != nil {
 		return nil, Counts{}, err
 	}
@@ -284,8 +311,8 @@ func count(results map[string]Result) Counts {
 	return c
 }
 
-// decodeEntry turns a cache hit into a Result; a value that does not
-// decode is treated as a miss.
+// decodeEntry turns a cache hit into a Result carrying the cached
+// encoding; a value checkWire refuses is treated as a miss.
 func decodeEntry(uri string, hits map[string]cache.Entry) (Result, bool) {
 	e, ok := hits[uri]
 	if !ok {
@@ -294,11 +321,10 @@ func decodeEntry(uri string, hits map[string]cache.Entry) (Result, bool) {
 	if e.Negative {
 		return Result{Record: store.Record{URI: uri}, FromCache: true}, true
 	}
-	var pr sluicev1.PostRecord
-	if err := proto.Unmarshal(e.Value, &pr); err != nil || pr.GetUri() != uri {
+	if !checkWire(uri, e.Value) {
 		return Result{}, false
 	}
-	return Result{Record: FromProto(&pr), Found: true, FromCache: true}, true
+	return Result{Record: store.Record{URI: uri}, Found: true, FromCache: true, Wire: e.Value}, true
 }
 
 // encodeEntry is the cache's form of a store answer: the protobuf-encoded

@@ -26,6 +26,8 @@ import (
 	"github.com/sluice-dev/sluice/internal/store"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
 
@@ -111,28 +113,59 @@ func (s *PostRecords) GetLimits(ctx context.Context, _ *sluicev1.GetLimitsReques
 	return resp, nil
 }
 
-// GetPostRecords answers a batch, aligned with the request.
+// GetPostRecords answers a batch, aligned with the request. Records found
+// in the cache are copied into the response in the encoding the cache
+// holds (see spliced), not decoded and encoded again.
 func (s *PostRecords) GetPostRecords(ctx context.Context, req *sluicev1.GetPostRecordsRequest) (*sluicev1.GetPostRecordsResponse, error) {
-	results, counts, err := s.posts.Get(ctx, req.GetUris())
+	results, counts, err := s.posts.GetEncoded(ctx, req.GetUris())
 	if err != nil {
 		return nil, toStatus("GetPostRecords", err)
 	}
 	s.recorder.RecordItems(ctx, "GetPostRecords", counts)
-	resp := &sluicev1.GetPostRecordsResponse{Records: make([]*sluicev1.PostRecord, len(results))}
-	for i, r := range results {
-		resp.Records[i] = posts.ToProto(r.Record, r.Found)
-	}
+	resp := &sluicev1.GetPostRecordsResponse{}
+	resp.ProtoReflect().SetUnknown(spliced(results))
 	return resp, nil
 }
 
 // GetPostRecord answers one URI; a missing post has found=false.
 func (s *PostRecords) GetPostRecord(ctx context.Context, req *sluicev1.GetPostRecordRequest) (*sluicev1.PostRecord, error) {
-	results, counts, err := s.posts.Get(ctx, []string{req.GetUri()})
+	results, counts, err := s.posts.GetEncoded(ctx, []string{req.GetUri()})
 	if err != nil {
 		return nil, toStatus("GetPostRecord", err)
 	}
 	s.recorder.RecordItems(ctx, "GetPostRecord", counts)
-	return posts.ToProto(results[0].Record, results[0].Found), nil
+	r := results[0]
+	if r.Wire == nil {
+		return posts.ToProto(r.Record, r.Found), nil
+	}
+	rec := &sluicev1.PostRecord{}
+	rec.ProtoReflect().SetUnknown(r.Wire)
+	return rec, nil
+}
+
+// spliced is the records field (1) of a GetPostRecordsResponse holding
+// results in order, in wire form. A message's unknown fields are written
+// verbatim when it is marshalled, so a response whose only content is
+// these bytes reaches the client as the records they encode: cached
+// encodings (Result.Wire, checked by package posts) are copied as they
+// are, and only records read from the store are encoded.
+func spliced(results []posts.Result) []byte {
+	size := 0
+	for _, r := range results {
+		size += len(r.Wire) + len(r.Record.URI) + 8
+	}
+	buf := make([]byte, 0, size)
+	for _, r := range results {
+		buf = protowire.AppendTag(buf, 1, protowire.BytesType)
+		if r.Wire != nil {
+			buf = protowire.AppendBytes(buf, r.Wire)
+			continue
+		}
+		pr := posts.ToProto(r.Record, r.Found)
+		buf = protowire.AppendVarint(buf, uint64(proto.Size(pr)))
+		buf, _ = proto.MarshalOptions{}.MarshalAppend(buf, pr)
+	}
+	return buf
 }
 
 // PutPostRecords writes a batch, all or nothing.

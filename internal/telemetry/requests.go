@@ -2,8 +2,10 @@ package telemetry
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/guard"
@@ -33,15 +35,39 @@ var rejectionCodes = map[string]codes.Code{
 // Requests records per-client request metrics and feeds the per-client
 // aggregator (Telemetry.Clients). It implements guard.Observer and
 // rpc.ItemRecorder.
+//
+// The attribute sets of a (client label, method) pair are built once, the
+// first time the pair is seen, with one set per gRPC code, rejection
+// reason and item source; a request then records with sets it looks up,
+// and builds none. The pairs are bounded: client labels by the configured
+// client list (Telemetry.ClientLabel), methods by the registered services.
 type Requests struct {
 	t          *Telemetry
-	seen       sync.Map // attribute.Set of client and method → struct{}: reasons initialised
+	series     sync.Map // seriesKey → *series
 	requests   metric.Int64Counter
 	duration   metric.Float64Histogram
 	batchSize  metric.Int64Histogram
 	rejections metric.Int64Counter
 	items      metric.Int64Counter
 }
+
+// seriesKey names one (client label, method) pair.
+type seriesKey struct{ client, method string }
+
+// series holds the precomputed measurement options of one pair.
+type series struct {
+	base    metric.MeasurementOption            // client, service, method
+	reasons map[string]metric.MeasurementOption // + reason, for every RejectionReasons and Other
+	sources [3]metric.MeasurementOption         // + source: cache, store, not_found
+	codes   [codeCount]atomic.Pointer[metric.MeasurementOption]
+	attrs   []attribute.KeyValue
+}
+
+// codeCount bounds the gRPC codes kept precomputed (codes.Unauthenticated
+// is the last, 16); any other code builds its set per request.
+const codeCount = 17
+
+var sourceNames = [...]string{"cache", "store", "not_found", "invalid"}
 
 // NewRequests creates the request instruments.
 func (t *Telemetry) NewRequests() (*Requests, error) {
@@ -73,43 +99,77 @@ func (t *Telemetry) NewRequests() (*Requests, error) {
 	return r, nil
 }
 
-// attrs labels a request by client, service ("sluice.v1.PostRecords",
-// "bsky.Service") and bare method name, from its full method
-// "/pkg.Svc/M" (two services may both have a GetPostRecords), creating
-// the zero series of every rejection reason the first time it is seen.
-func (r *Requests) attrs(ctx context.Context, client, fullMethod string) attribute.Set {
-	set := attribute.NewSet(
-		attribute.String("client", r.t.ClientLabel(client)),
-		attribute.String("service", serviceOf(fullMethod)),
-		attribute.String("method", shortMethod(fullMethod)),
-	)
-	if _, loaded := r.seen.LoadOrStore(set, struct{}{}); !loaded {
+// seriesOf returns the pair's series for a request by client, service
+// ("sluice.v1.PostRecords", "bsky.Service") and bare method name, from its
+// full method "/pkg.Svc/M" (two services may both have a GetPostRecords),
+// creating the zero series of every rejection reason the first time the
+// pair is seen.
+func (r *Requests) seriesOf(ctx context.Context, client, fullMethod string) *series {
+	key := seriesKey{r.t.ClientLabel(client), fullMethod}
+	if v, ok := r.series.Load(key); ok {
+		return v.(*series)
+	}
+	se := newSeries(key)
+	v, loaded := r.series.LoadOrStore(key, se)
+	if !loaded {
 		for _, reason := range RejectionReasons {
-			r.rejections.Add(ctx, 0, metric.WithAttributeSet(set), metric.WithAttributes(attribute.String("reason", reason)))
+			r.rejections.Add(ctx, 0, se.reasons[reason])
 		}
 	}
-	return set
+	return v.(*series)
+}
+
+func newSeries(key seriesKey) *series {
+	attrs := []attribute.KeyValue{
+		attribute.String("client", key.client),
+		attribute.String("service", serviceOf(key.method)),
+		attribute.String("method", shortMethod(key.method)),
+	}
+	with := func(kv attribute.KeyValue) metric.MeasurementOption {
+		return metric.WithAttributeSet(attribute.NewSet(append(slices.Clip(attrs), kv)...))
+	}
+	se := &series{base: metric.WithAttributeSet(attribute.NewSet(attrs...)), reasons: map[string]metric.MeasurementOption{}, attrs: attrs}
+	for _, reason := range append(slices.Clip(RejectionReasons), Other) {
+		se.reasons[reason] = with(attribute.String("reason", reason))
+	}
+	for i, src := range sourceNames {
+		se.sources[i] = with(attribute.String("source", src))
+	}
+	return se
+}
+
+// code returns the option of the pair with code c, building it once.
+func (se *series) code(c codes.Code) metric.MeasurementOption {
+	if int(c) >= codeCount {
+		return metric.WithAttributeSet(attribute.NewSet(append(slices.Clip(se.attrs), attribute.String("code", c.String()))...))
+	}
+	if p := se.codes[c].Load(); p != nil {
+		return *p
+	}
+	opt := metric.WithAttributeSet(attribute.NewSet(append(slices.Clip(se.attrs), attribute.String("code", c.String()))...))
+	se.codes[c].Store(&opt)
+	return opt
 }
 
 // Rejected implements guard.Observer.
 func (r *Requests) Rejected(ctx context.Context, req guard.Request, reason string) {
-	set := r.attrs(ctx, req.Client, req.Method)
+	se := r.seriesOf(ctx, req.Client, req.Method)
 	code, ok := rejectionCodes[reason]
 	if !ok {
 		reason, code = Other, codes.Unavailable
 	}
-	r.batchSize.Record(ctx, int64(req.Items), metric.WithAttributeSet(set))
-	r.rejections.Add(ctx, 1, metric.WithAttributeSet(set), metric.WithAttributes(attribute.String("reason", reason)))
-	r.requests.Add(ctx, 1, metric.WithAttributeSet(set), metric.WithAttributes(attribute.String("code", code.String())))
+	r.batchSize.Record(ctx, int64(req.Items), se.base)
+	r.rejections.Add(ctx, 1, se.reasons[reason])
+	r.requests.Add(ctx, 1, se.code(code))
 	r.t.stats.rejected(req.Client, req.Items)
 }
 
 // Finished implements guard.Observer.
 func (r *Requests) Finished(ctx context.Context, req guard.Request, code codes.Code, elapsed time.Duration) {
-	set := r.attrs(ctx, req.Client, req.Method)
-	r.batchSize.Record(ctx, int64(req.Items), metric.WithAttributeSet(set))
-	r.duration.Record(ctx, elapsed.Seconds(), metric.WithAttributeSet(set))
-	r.requests.Add(ctx, 1, metric.WithAttributeSet(set), metric.WithAttributes(attribute.String("code", code.String())))
+	se := r.seriesOf(ctx, req.Client, req.Method)
+	r.batchSize.Record(ctx, int64(req.Items), se.base)
+	r.duration.Record(ctx, elapsed.Seconds(), se.base)
+	r.requests.Add(ctx, 1, se.code(code))
 	r.t.stats.finished(req.Client, req.Items, code != codes.OK, elapsed)
 }
 
@@ -120,11 +180,11 @@ func (r *Requests) RecordItems(ctx context.Context, method string, c posts.Count
 	if !ok || shortMethod(full) != method {
 		full = method
 	}
-	set := r.attrs(ctx, client, full)
+	se := r.seriesOf(ctx, client, full)
 	r.t.stats.served(client, c.FromCache, c.FromStore, c.NotFound+c.Invalid)
-	for source, n := range map[string]int{"cache": c.FromCache, "store": c.FromStore, "not_found": c.NotFound, "invalid": c.Invalid} {
+	for i, n := range [len(sourceNames)]int{c.FromCache, c.FromStore, c.NotFound, c.Invalid} {
 		if n > 0 {
-			r.items.Add(ctx, int64(n), metric.WithAttributeSet(set), metric.WithAttributes(attribute.String("source", source)))
+			r.items.Add(ctx, int64(n), se.sources[i])
 		}
 	}
 }
