@@ -56,9 +56,9 @@ type seriesKey struct{ client, method string }
 
 // series holds the precomputed measurement options of one pair.
 type series struct {
-	base    metric.MeasurementOption            // client, service, method
-	reasons map[string]metric.MeasurementOption // + reason, for every RejectionReasons and Other
-	sources [3]metric.MeasurementOption         // + source: cache, store, not_found
+	base    metric.MeasurementOption                   // client, service, method
+	reasons map[string]metric.MeasurementOption        // + reason, for every RejectionReasons and Other
+	sources [len(sourceNames)]metric.MeasurementOption // + source: cache, store, not_found, invalid
 	codes   [codeCount]atomic.Pointer[metric.MeasurementOption]
 	attrs   []attribute.KeyValue
 }
