@@ -115,7 +115,7 @@ func (a *App) build() error {
 		a.cqlStats = cql.Stats
 	}
 	jr, _ := a.Store.(store.Journal)
-	if a.cfg.Journal.Disabled {
+	if !a.cfg.Journal.Enabled {
 		jr = nil
 	}
 	if a.cfg.StoreReadDelay > 0 {

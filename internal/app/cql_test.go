@@ -50,12 +50,9 @@ func TestCQLBatchBoundedAndMatchesEmbedded(t *testing.T) {
 	// The assertions are about bounds and answers; the method's 2 s
 	// deadline is tested elsewhere and would only make this test depend on
 	// how warm the node is.
-	// The journal follower's polls would add statements and slots in use
-	// that are not the batches'; they have their own tests.
-	cql := startServer(t, 1900, withPatientBatches(defaultTestTimeout/2, func(c *Config) {
-		withCQL(cfg)(c)
-		c.Journal.Disabled = true
-	}))
+	// The journal follower is off (its default): its polls would add
+	// statements and slots in use that are not the batches'.
+	cql := startServer(t, 1900, withPatientBatches(defaultTestTimeout/2, withCQL(cfg)))
 	embedded := startServer(t, 1900, nil)
 	batches := [2][]string{
 		append(cql.uris(0, 950), cql.missing[:50]...),

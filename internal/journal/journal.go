@@ -41,10 +41,15 @@ type Cache interface {
 
 // Config tunes a Follower. The zero value of a field takes its default.
 type Config struct {
-	// Disabled turns the journal follower off, and with it the distrust
-	// of failed memcached servers: the behaviour before the journal, kept
-	// for measuring it. Default false.
-	Disabled bool `yaml:"disabled"`
+	// Enabled turns the journal follower on, and with it the distrust of
+	// failed memcached servers. Default false: with it on, the fault suite
+	// found reads that the cache could answer depending on the store — a
+	// replica whose store was unreachable kept treating every cached
+	// record as a miss (cached callers failed with the store down), and a
+	// flapping memcached stayed distrusted after it healed (hit ratio 0.34
+	// five seconds later). It stays opt-in until distrust never makes a
+	// cached read wait on the store. The store writes the journal either way.
+	Enabled bool `yaml:"enabled"`
 	// MaxLag bounds how long after a change is written this replica
 	// tombstones it, while the journal is readable: the follower polls
 	// every MaxLag/4. Default 1s; at least 40ms.
