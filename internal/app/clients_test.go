@@ -97,7 +97,12 @@ func (tc *twoClients) rates() map[string][2]float64 {
 func startTwoClientServer(t *testing.T) *testServer {
 	logs := telemetry.NewLogHandler(io.Discard, telemetry.LogConfig{})
 	t.Cleanup(func() { _ = logs.CloseWithTimeout() })
-	ts := startServer(t, 4000, func(c *Config) { c.Telemetry.Clients = []string{bulkClient, feedClient} }, withLogger(slog.New(logs)))
+	ts := startServer(t, 4000, func(c *Config) {
+		c.Telemetry.Clients = []string{bulkClient, feedClient}
+		// The dashboard's journal panels need the follower, which is
+		// opt-in; this server runs it so every panel is checked.
+		c.Journal.Enabled = true
+	}, withLogger(slog.New(logs)))
 	tooMany := append(ts.uris(0, 1000), ts.uris(0, 1)...)
 	for _, name := range []string{bulkClient, feedClient} {
 		if _, err := ts.client.GetPostRecords(ts.ctx(name), &sluicev1.GetPostRecordsRequest{Uris: tooMany}); err == nil {
