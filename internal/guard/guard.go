@@ -38,7 +38,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"runtime"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -137,13 +136,10 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	grpcOpts := []grpc.ServerOption{grpc.MaxRecvMsgSize(cfg.MaxRecvMsgBytes), grpc.ForceServerCodecV2(codec),
-		// Streams run on a fixed set of long-lived goroutines whose stacks
-		// have already grown through the interceptor chain, instead of a
-		// new goroutine per stream that grows (copies) its stack every
-		// time. When all workers are busy gRPC starts a goroutine as
-		// before, so this bounds nothing and delays nothing.
-		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0)))}
+	// No grpc.NumStreamWorkers: its workers start in grpc.NewServer and
+	// stop only when the server does, so a server built and then dropped
+	// (a start-up that fails after New) leaks them.
+	grpcOpts := []grpc.ServerOption{grpc.MaxRecvMsgSize(cfg.MaxRecvMsgBytes), grpc.ForceServerCodecV2(codec)}
 	for _, opt := range opts {
 		opt(s, &grpcOpts)
 	}
