@@ -21,11 +21,12 @@ type Change struct {
 
 // Journal is the invalidation journal a backend keeps beside its records.
 //
-// Every Put and Delete records one Change per URI in the same operation
-// as the record change (the embedded backend: the same transaction; the
-// CQL backend: the same logged batch), so a change the store acknowledged
-// is never missing from the journal, and a journal entry never lacks a
-// record change older than it. Entries are kept for Retention and then
+// Every Put and Delete records one Change per URI with the record change
+// (the embedded backend: in the same transaction; the CQL backend: right
+// after the record's own write, acknowledged only after both), so a
+// change the store acknowledged is never missing from the journal, and a
+// journal entry never lacks the record change it names. A CQL write that
+// failed between the two may have changed the record without an entry. Entries are kept for Retention and then
 // dropped; a reader that needs older ones must treat them as lost.
 type Journal interface {
 	// Changes calls fn for every change with from <= At < to, oldest

@@ -222,8 +222,8 @@ func (s *Store) put(ctx context.Context, recs []store.Record) error {
 	ts := time.Now().UnixMicro()
 	return fanout.Each(ctx, len(recs), func(ctx context.Context, i int) error {
 		r := recs[i]
-		b := s.withChange(ts, r.URI, insertRecord, r.URI, r.CID, r.JSON, r.CreatedAt.UnixMicro(), r.IndexedAt.UnixMicro(), r.TakedownRef, r.Tags, gateFlags(r.Gates))
-		return s.execBatch(ctx, b, "insert "+short(r.URI))
+		c := withChange(ts, r.URI, insertRecord, r.URI, r.CID, r.JSON, r.CreatedAt.UnixMicro(), r.IndexedAt.UnixMicro(), r.TakedownRef, r.Tags, gateFlags(r.Gates))
+		return s.writeChange(ctx, c, "insert "+short(r.URI))
 	})
 }
 
@@ -294,7 +294,7 @@ func (s *Store) delete(ctx context.Context, uris []string) (int, error) {
 			return err
 		}
 		n.Add(1)
-		return s.execBatch(ctx, s.withChange(ts, uris[i], deleteRecord, uris[i]), "delete "+short(uris[i]))
+		return s.writeChange(ctx, withChange(ts, uris[i], deleteRecord, uris[i]), "delete "+short(uris[i]))
 	})
 	return int(n.Load()), err
 }

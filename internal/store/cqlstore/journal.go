@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/gocql/gocql"
-
 	"github.com/sluice-dev/sluice/internal/store"
 )
 
@@ -23,30 +21,54 @@ const maxJournalRetention = 24 * time.Hour
 
 func journalBucket(us int64) int64 { return us / journalBucketWidth.Microseconds() }
 
-// withChange returns a logged batch of one record statement and the
-// journal row for uri, both at client timestamp ts (microseconds), which
-// is also the change's time.
-func (s *Store) withChange(ts int64, uri, stmt string, args ...any) *gocql.Batch {
-	b := s.write().NewBatch(gocql.LoggedBatch)
-	b.Entries = append(b.Entries,
-		gocql.BatchEntry{Stmt: stmt, Args: args, Idempotent: true},
-		gocql.BatchEntry{Stmt: insertChange, Args: []any{journalBucket(ts), ts, uri, s.cfg.JournalOrigin, int(s.cfg.JournalRetention.Seconds())}, Idempotent: true})
-	return b.WithTimestamp(ts)
+// change is one record statement and the journal row for its URI, both
+// written at client timestamp ts (microseconds), which is also the
+// change's time.
+type change struct {
+	ts   int64
+	uri  string
+	stmt string
+	args []any
 }
 
-// execBatch runs one logged batch in a slot, with the bounded retry
-// policy: it is idempotent, since every statement carries the same client
-// timestamp.
-func (s *Store) execBatch(ctx context.Context, b *gocql.Batch, what string) error {
+// withChange describes the record statement stmt(args) on uri and its
+// journal row at client timestamp ts.
+func withChange(ts int64, uri, stmt string, args ...any) change {
+	return change{ts: ts, uri: uri, stmt: stmt, args: args}
+}
+
+// writeChange writes c's record statement, then its journal row, in one
+// query slot, each a single-partition write at the write consistency
+// with the bounded retry policy (both are idempotent: they carry the same
+// client timestamp). The record goes first, so a follower that reads the
+// journal row invalidates after the record changed; the change is
+// acknowledged only after both. A failure between the two leaves the
+// record changed without its journal row, which the caller sees as an
+// error and retries. They are not one logged batch: a batch's batchlog
+// write goes to replicas the coordinator still believes up, so a node
+// killed without warning times batches out until it is marked down,
+// where two plain LOCAL_QUORUM writes succeed on the live replicas.
+func (s *Store) writeChange(ctx context.Context, c change, what string) error {
 	release, err := s.acquire(ctx)
 	if err != nil {
 		return err
 	}
 	defer release()
-	if err := s.run(func() error { return s.write().ExecuteBatch(b.WithContext(ctx).RetryPolicy(s.retry)) }); err != nil {
+	if err := s.exec(ctx, c.ts, c.stmt, c.args); err != nil {
 		return queryError(ctx, what, err)
 	}
+	journalRow := []any{journalBucket(c.ts), c.ts, c.uri, s.cfg.JournalOrigin, int(s.cfg.JournalRetention.Seconds())}
+	if err := s.exec(ctx, c.ts, insertChange, journalRow); err != nil {
+		return queryError(ctx, "journal "+what, err)
+	}
 	return nil
+}
+
+// exec runs one idempotent write at client timestamp ts.
+func (s *Store) exec(ctx context.Context, ts int64, stmt string, args []any) error {
+	return s.run(func() error {
+		return s.write().Query(stmt, args...).WithContext(ctx).WithTimestamp(ts).Idempotent(true).RetryPolicy(s.retry).Exec()
+	})
 }
 
 // Changes reads the journal partitions from from's minute to to's, each
