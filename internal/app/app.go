@@ -27,6 +27,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/identity"
 	"github.com/sluice-dev/sluice/internal/journal"
 	"github.com/sluice-dev/sluice/internal/posts"
+	"github.com/sluice-dev/sluice/internal/records"
 	"github.com/sluice-dev/sluice/internal/rpc"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/store/cqlstore"
@@ -225,16 +226,26 @@ func (a *App) observe() error {
 	return nil
 }
 
-// registerBsky serves bsky.Service, the AppView's data-plane contract, on
-// the same guard, cache and store; posts share a.Posts with sluice.v1.
+// registerBsky serves bsky.Service, the AppView's data-plane contract, and
+// sluice.v1.Records, the write path of its collections, on the same
+// guard, cache and store; posts share a.Posts with sluice.v1.
 func (a *App) registerBsky(st store.Store, requests *telemetry.Requests) error {
-	svc := bskyrpc.New(func(collection string) *posts.Service {
-		if collection == a.Posts.Collection() {
-			return a.Posts
+	services := map[string]*posts.Service{}
+	for _, c := range bskyrpc.Collections() {
+		services[c] = a.Posts
+		if c != a.Posts.Collection() {
+			services[c] = posts.New(c, a.Cache, st, posts.DefaultWriteLimits(), posts.WithLogger(a.log))
 		}
-		return posts.New(collection, a.Cache, st, posts.DefaultWriteLimits())
-	}, requests)
-	return a.Guard.Register(&bsky.Service_ServiceDesc, svc)
+	}
+	svc := bskyrpc.New(func(collection string) *posts.Service { return services[collection] }, requests)
+	if err := a.Guard.Register(&bsky.Service_ServiceDesc, svc); err != nil {
+		return err
+	}
+	w, err := records.New(services)
+	if err != nil {
+		return err
+	}
+	return a.Guard.Register(&sluicev1.Records_ServiceDesc, rpc.NewRecords(w))
 }
 
 // identityOptions turns on mutual TLS and certificate identities when

@@ -91,6 +91,9 @@ func DefaultConfig() Config {
 	for name, p := range rpc.DefaultPolicies() {
 		cfg.Guard.Methods[name] = p
 	}
+	for name, p := range rpc.RecordsPolicies() {
+		cfg.Guard.Methods[name] = p
+	}
 	for name, p := range bskyrpc.DefaultPolicies() {
 		cfg.Guard.Methods[name] = p
 	}

@@ -173,7 +173,13 @@ func toRecord(r posts.Result) *bsky.Record {
 	if !r.Found {
 		return &bsky.Record{}
 	}
-	rec := &bsky.Record{Record: r.Record.JSON, Cid: r.Record.CID}
+	rec := &bsky.Record{
+		Record:      r.Record.JSON,
+		Cid:         r.Record.CID,
+		TakenDown:   r.Record.TakedownRef != "",
+		TakedownRef: r.Record.TakedownRef,
+		Tags:        r.Record.Tags,
+	}
 	if !r.Record.CreatedAt.IsZero() {
 		rec.CreatedAt = timestamppb.New(r.Record.CreatedAt)
 	}

@@ -30,8 +30,8 @@ type embedShape struct {
 
 // PostMeta derives a post's meta from its JSON: is_reply when it has a
 // reply reference, has_media for an image embed and has_video for a video
-// embed (each also inside recordWithMedia). Thread-gate and post-gate
-// fields stay false: sluice does not index gates. Empty or undecodable
+// embed (each also inside recordWithMedia). The gate fields are not in
+// the JSON: GetPostRecords copies them from the stored gate state. Empty or undecodable
 // JSON gives an all-false meta, as for a post that does not exist.
 func PostMeta(record []byte) *bsky.PostRecordMeta {
 	var p postShape

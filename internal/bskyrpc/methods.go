@@ -11,13 +11,18 @@ import (
 // GetPostRecords answers posts with their meta, both aligned with the
 // request.
 func (s *Service) GetPostRecords(ctx context.Context, req *bsky.GetPostRecordsRequest) (*bsky.GetPostRecordsResponse, error) {
-	recs, err := s.records(ctx, "GetPostRecords", req.GetUris())
+	found, err := s.read(ctx, "GetPostRecords", req.GetUris())
 	if err != nil {
 		return nil, err
 	}
-	meta := make([]*bsky.PostRecordMeta, len(recs))
-	for i, r := range recs {
-		meta[i] = PostMeta(r.GetRecord())
+	recs := make([]*bsky.Record, len(found))
+	meta := make([]*bsky.PostRecordMeta, len(found))
+	for i, r := range found {
+		recs[i] = toRecord(r)
+		meta[i] = PostMeta(r.Record.JSON)
+		g := r.Record.Gates
+		meta[i].HasThreadGate, meta[i].HasPostGate = g.HasThreadGate, g.HasPostGate
+		meta[i].ViolatesThreadGate, meta[i].ViolatesEmbeddingRules = g.ViolatesThreadGate, g.ViolatesEmbeddingRules
 	}
 	return &bsky.GetPostRecordsResponse{Records: recs, Meta: meta}, nil
 }

@@ -347,6 +347,16 @@ func ToProto(r store.Record, found bool) *sluicev1.PostRecord {
 	pr.Record = r.JSON
 	pr.CreatedAt = timestamp(r.CreatedAt)
 	pr.IndexedAt = timestamp(r.IndexedAt)
+	pr.TakedownRef = r.TakedownRef
+	pr.Tags = r.Tags
+	if r.Gates != (store.Gates{}) {
+		pr.Gates = &sluicev1.PostGates{
+			HasThreadGate:          r.Gates.HasThreadGate,
+			HasPostGate:            r.Gates.HasPostGate,
+			ViolatesThreadGate:     r.Gates.ViolatesThreadGate,
+			ViolatesEmbeddingRules: r.Gates.ViolatesEmbeddingRules,
+		}
+	}
 	return pr
 }
 
@@ -358,6 +368,15 @@ func FromProto(pr *sluicev1.PostRecord) store.Record {
 		JSON:      pr.GetRecord(),
 		CreatedAt: asTime(pr.GetCreatedAt()),
 		IndexedAt: asTime(pr.GetIndexedAt()),
+
+		TakedownRef: pr.GetTakedownRef(),
+		Tags:        pr.GetTags(),
+		Gates: store.Gates{
+			HasThreadGate:          pr.GetGates().GetHasThreadGate(),
+			HasPostGate:            pr.GetGates().GetHasPostGate(),
+			ViolatesThreadGate:     pr.GetGates().GetViolatesThreadGate(),
+			ViolatesEmbeddingRules: pr.GetGates().GetViolatesEmbeddingRules(),
+		},
 	}
 }
 

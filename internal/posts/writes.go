@@ -10,6 +10,40 @@ import (
 	"github.com/sluice-dev/sluice/internal/store"
 )
 
+// Check applies the write rules to the record at position i of a batch,
+// filling CreatedAt from the JSON's createdAt when it is zero; Put calls
+// it for every record. Writers of several collections call it for the
+// whole batch before writing any of it.
+func (s *Service) Check(i int, r *store.Record) error { return s.checkRecord(i, r) }
+
+// Update reads the record stored under uri from the store (not the
+// cache), applies change, and writes the result back if change reports
+// it changed something, then invalidates the cache entry. It reports
+// whether a record existed. It is a read-modify-write: a concurrent Put of
+// the same record can win over it, and then its change is lost.
+func (s *Service) Update(ctx context.Context, uri string, change func(*store.Record) bool) (bool, error) {
+	if err := s.validate([]string{uri}); err != nil {
+		return false, err
+	}
+	rec, err := s.store.Get(ctx, uri)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return false, nil
+	case err != nil:
+		s.logWriteError(ctx, "update", 1, err)
+		return false, fmt.Errorf("posts: read %s to update it: %w", uri, err)
+	}
+	if !change(&rec) {
+		return true, nil
+	}
+	if err := s.store.Put(ctx, []store.Record{rec}); err != nil {
+		s.logWriteError(ctx, "update", 1, err)
+		return false, fmt.Errorf("posts: update %s: %w", uri, err)
+	}
+	s.invalidate(ctx, []string{uri})
+	return true, nil
+}
+
 // Put validates every record, writes them all to the store, then
 // invalidates their cache entries. A record that fails validation fails
 // the whole batch before anything is written. If the store write succeeds
@@ -86,6 +120,9 @@ func (s *Service) checkRecord(i int, r *store.Record) error {
 	}
 	if head.Type != s.collection {
 		return &InvalidRecordError{Index: i, URI: r.URI, Reason: fmt.Sprintf("record $type is %q, want %q", head.Type, s.collection)}
+	}
+	if err := store.CheckModeration(r.TakedownRef, r.Tags); err != nil {
+		return &InvalidRecordError{Index: i, URI: r.URI, Reason: err.Error()}
 	}
 	if r.CreatedAt.IsZero() && head.CreatedAt != "" {
 		if t, err := time.Parse(time.RFC3339Nano, head.CreatedAt); err == nil {

@@ -30,9 +30,15 @@ type PostRecord struct {
 	Found bool                   `protobuf:"varint,2,opt,name=found,proto3" json:"found,omitempty"`
 	Cid   string                 `protobuf:"bytes,3,opt,name=cid,proto3" json:"cid,omitempty"`
 	// record is the post record's JSON encoding ($type app.bsky.feed.post).
-	Record        []byte                 `protobuf:"bytes,4,opt,name=record,proto3" json:"record,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	IndexedAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=indexed_at,json=indexedAt,proto3" json:"indexed_at,omitempty"`
+	Record    []byte                 `protobuf:"bytes,4,opt,name=record,proto3" json:"record,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	IndexedAt *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=indexed_at,json=indexedAt,proto3" json:"indexed_at,omitempty"`
+	// takedown_ref is set when the record is taken down.
+	TakedownRef string `protobuf:"bytes,7,opt,name=takedown_ref,json=takedownRef,proto3" json:"takedown_ref,omitempty"`
+	// tags are the record's moderation tags.
+	Tags []string `protobuf:"bytes,8,rep,name=tags,proto3" json:"tags,omitempty"`
+	// gates is a post's gate state, computed when it or a gate is written.
+	Gates         *PostGates `protobuf:"bytes,9,opt,name=gates,proto3" json:"gates,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -109,6 +115,96 @@ func (x *PostRecord) GetIndexedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *PostRecord) GetTakedownRef() string {
+	if x != nil {
+		return x.TakedownRef
+	}
+	return ""
+}
+
+func (x *PostRecord) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+func (x *PostRecord) GetGates() *PostGates {
+	if x != nil {
+		return x.Gates
+	}
+	return nil
+}
+
+// PostGates is a post's gate state, as bsky.PostRecordMeta reports it.
+type PostGates struct {
+	state                  protoimpl.MessageState `protogen:"open.v1"`
+	HasThreadGate          bool                   `protobuf:"varint,1,opt,name=has_thread_gate,json=hasThreadGate,proto3" json:"has_thread_gate,omitempty"`
+	HasPostGate            bool                   `protobuf:"varint,2,opt,name=has_post_gate,json=hasPostGate,proto3" json:"has_post_gate,omitempty"`
+	ViolatesThreadGate     bool                   `protobuf:"varint,3,opt,name=violates_thread_gate,json=violatesThreadGate,proto3" json:"violates_thread_gate,omitempty"`
+	ViolatesEmbeddingRules bool                   `protobuf:"varint,4,opt,name=violates_embedding_rules,json=violatesEmbeddingRules,proto3" json:"violates_embedding_rules,omitempty"`
+	unknownFields          protoimpl.UnknownFields
+	sizeCache              protoimpl.SizeCache
+}
+
+func (x *PostGates) Reset() {
+	*x = PostGates{}
+	mi := &file_sluice_v1_sluice_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PostGates) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PostGates) ProtoMessage() {}
+
+func (x *PostGates) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_sluice_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PostGates.ProtoReflect.Descriptor instead.
+func (*PostGates) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PostGates) GetHasThreadGate() bool {
+	if x != nil {
+		return x.HasThreadGate
+	}
+	return false
+}
+
+func (x *PostGates) GetHasPostGate() bool {
+	if x != nil {
+		return x.HasPostGate
+	}
+	return false
+}
+
+func (x *PostGates) GetViolatesThreadGate() bool {
+	if x != nil {
+		return x.ViolatesThreadGate
+	}
+	return false
+}
+
+func (x *PostGates) GetViolatesEmbeddingRules() bool {
+	if x != nil {
+		return x.ViolatesEmbeddingRules
+	}
+	return false
+}
+
 type GetPostRecordsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Uris          []string               `protobuf:"bytes,1,rep,name=uris,proto3" json:"uris,omitempty"`
@@ -118,7 +214,7 @@ type GetPostRecordsRequest struct {
 
 func (x *GetPostRecordsRequest) Reset() {
 	*x = GetPostRecordsRequest{}
-	mi := &file_sluice_v1_sluice_proto_msgTypes[1]
+	mi := &file_sluice_v1_sluice_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -130,7 +226,7 @@ func (x *GetPostRecordsRequest) String() string {
 func (*GetPostRecordsRequest) ProtoMessage() {}
 
 func (x *GetPostRecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_sluice_proto_msgTypes[1]
+	mi := &file_sluice_v1_sluice_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -143,7 +239,7 @@ func (x *GetPostRecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPostRecordsRequest.ProtoReflect.Descriptor instead.
 func (*GetPostRecordsRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{1}
+	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *GetPostRecordsRequest) GetUris() []string {
@@ -163,7 +259,7 @@ type GetPostRecordsResponse struct {
 
 func (x *GetPostRecordsResponse) Reset() {
 	*x = GetPostRecordsResponse{}
-	mi := &file_sluice_v1_sluice_proto_msgTypes[2]
+	mi := &file_sluice_v1_sluice_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -175,7 +271,7 @@ func (x *GetPostRecordsResponse) String() string {
 func (*GetPostRecordsResponse) ProtoMessage() {}
 
 func (x *GetPostRecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_sluice_proto_msgTypes[2]
+	mi := &file_sluice_v1_sluice_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -188,7 +284,7 @@ func (x *GetPostRecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPostRecordsResponse.ProtoReflect.Descriptor instead.
 func (*GetPostRecordsResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{2}
+	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *GetPostRecordsResponse) GetRecords() []*PostRecord {
@@ -207,7 +303,7 @@ type GetPostRecordRequest struct {
 
 func (x *GetPostRecordRequest) Reset() {
 	*x = GetPostRecordRequest{}
-	mi := &file_sluice_v1_sluice_proto_msgTypes[3]
+	mi := &file_sluice_v1_sluice_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -219,7 +315,7 @@ func (x *GetPostRecordRequest) String() string {
 func (*GetPostRecordRequest) ProtoMessage() {}
 
 func (x *GetPostRecordRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_sluice_proto_msgTypes[3]
+	mi := &file_sluice_v1_sluice_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -232,7 +328,7 @@ func (x *GetPostRecordRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetPostRecordRequest.ProtoReflect.Descriptor instead.
 func (*GetPostRecordRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{3}
+	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GetPostRecordRequest) GetUri() string {
@@ -252,7 +348,7 @@ type PutPostRecordsRequest struct {
 
 func (x *PutPostRecordsRequest) Reset() {
 	*x = PutPostRecordsRequest{}
-	mi := &file_sluice_v1_sluice_proto_msgTypes[4]
+	mi := &file_sluice_v1_sluice_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -264,7 +360,7 @@ func (x *PutPostRecordsRequest) String() string {
 func (*PutPostRecordsRequest) ProtoMessage() {}
 
 func (x *PutPostRecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_sluice_proto_msgTypes[4]
+	mi := &file_sluice_v1_sluice_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -277,7 +373,7 @@ func (x *PutPostRecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutPostRecordsRequest.ProtoReflect.Descriptor instead.
 func (*PutPostRecordsRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{4}
+	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *PutPostRecordsRequest) GetRecords() []*PostRecord {
@@ -296,7 +392,7 @@ type PutPostRecordsResponse struct {
 
 func (x *PutPostRecordsResponse) Reset() {
 	*x = PutPostRecordsResponse{}
-	mi := &file_sluice_v1_sluice_proto_msgTypes[5]
+	mi := &file_sluice_v1_sluice_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -308,7 +404,7 @@ func (x *PutPostRecordsResponse) String() string {
 func (*PutPostRecordsResponse) ProtoMessage() {}
 
 func (x *PutPostRecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_sluice_proto_msgTypes[5]
+	mi := &file_sluice_v1_sluice_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -321,7 +417,7 @@ func (x *PutPostRecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PutPostRecordsResponse.ProtoReflect.Descriptor instead.
 func (*PutPostRecordsResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{5}
+	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *PutPostRecordsResponse) GetWritten() uint32 {
@@ -340,7 +436,7 @@ type DeletePostRecordsRequest struct {
 
 func (x *DeletePostRecordsRequest) Reset() {
 	*x = DeletePostRecordsRequest{}
-	mi := &file_sluice_v1_sluice_proto_msgTypes[6]
+	mi := &file_sluice_v1_sluice_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -352,7 +448,7 @@ func (x *DeletePostRecordsRequest) String() string {
 func (*DeletePostRecordsRequest) ProtoMessage() {}
 
 func (x *DeletePostRecordsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_sluice_proto_msgTypes[6]
+	mi := &file_sluice_v1_sluice_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -365,7 +461,7 @@ func (x *DeletePostRecordsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePostRecordsRequest.ProtoReflect.Descriptor instead.
 func (*DeletePostRecordsRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{6}
+	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *DeletePostRecordsRequest) GetUris() []string {
@@ -384,7 +480,7 @@ type DeletePostRecordsResponse struct {
 
 func (x *DeletePostRecordsResponse) Reset() {
 	*x = DeletePostRecordsResponse{}
-	mi := &file_sluice_v1_sluice_proto_msgTypes[7]
+	mi := &file_sluice_v1_sluice_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -396,7 +492,7 @@ func (x *DeletePostRecordsResponse) String() string {
 func (*DeletePostRecordsResponse) ProtoMessage() {}
 
 func (x *DeletePostRecordsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_sluice_proto_msgTypes[7]
+	mi := &file_sluice_v1_sluice_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -409,7 +505,7 @@ func (x *DeletePostRecordsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeletePostRecordsResponse.ProtoReflect.Descriptor instead.
 func (*DeletePostRecordsResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{7}
+	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DeletePostRecordsResponse) GetDeleted() uint32 {
@@ -427,7 +523,7 @@ type GetLimitsRequest struct {
 
 func (x *GetLimitsRequest) Reset() {
 	*x = GetLimitsRequest{}
-	mi := &file_sluice_v1_sluice_proto_msgTypes[8]
+	mi := &file_sluice_v1_sluice_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -439,7 +535,7 @@ func (x *GetLimitsRequest) String() string {
 func (*GetLimitsRequest) ProtoMessage() {}
 
 func (x *GetLimitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_sluice_proto_msgTypes[8]
+	mi := &file_sluice_v1_sluice_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -452,7 +548,7 @@ func (x *GetLimitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLimitsRequest.ProtoReflect.Descriptor instead.
 func (*GetLimitsRequest) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{8}
+	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{9}
 }
 
 type GetLimitsResponse struct {
@@ -468,7 +564,7 @@ type GetLimitsResponse struct {
 
 func (x *GetLimitsResponse) Reset() {
 	*x = GetLimitsResponse{}
-	mi := &file_sluice_v1_sluice_proto_msgTypes[9]
+	mi := &file_sluice_v1_sluice_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -480,7 +576,7 @@ func (x *GetLimitsResponse) String() string {
 func (*GetLimitsResponse) ProtoMessage() {}
 
 func (x *GetLimitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_sluice_proto_msgTypes[9]
+	mi := &file_sluice_v1_sluice_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -493,7 +589,7 @@ func (x *GetLimitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetLimitsResponse.ProtoReflect.Descriptor instead.
 func (*GetLimitsResponse) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{9}
+	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetLimitsResponse) GetMethods() []*MethodLimits {
@@ -527,7 +623,7 @@ type MethodLimits struct {
 
 func (x *MethodLimits) Reset() {
 	*x = MethodLimits{}
-	mi := &file_sluice_v1_sluice_proto_msgTypes[10]
+	mi := &file_sluice_v1_sluice_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -539,7 +635,7 @@ func (x *MethodLimits) String() string {
 func (*MethodLimits) ProtoMessage() {}
 
 func (x *MethodLimits) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_sluice_proto_msgTypes[10]
+	mi := &file_sluice_v1_sluice_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -552,7 +648,7 @@ func (x *MethodLimits) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MethodLimits.ProtoReflect.Descriptor instead.
 func (*MethodLimits) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{10}
+	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *MethodLimits) GetMethod() string {
@@ -600,7 +696,7 @@ type ClientBudget struct {
 
 func (x *ClientBudget) Reset() {
 	*x = ClientBudget{}
-	mi := &file_sluice_v1_sluice_proto_msgTypes[11]
+	mi := &file_sluice_v1_sluice_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -612,7 +708,7 @@ func (x *ClientBudget) String() string {
 func (*ClientBudget) ProtoMessage() {}
 
 func (x *ClientBudget) ProtoReflect() protoreflect.Message {
-	mi := &file_sluice_v1_sluice_proto_msgTypes[11]
+	mi := &file_sluice_v1_sluice_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -625,7 +721,7 @@ func (x *ClientBudget) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClientBudget.ProtoReflect.Descriptor instead.
 func (*ClientBudget) Descriptor() ([]byte, []int) {
-	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{11}
+	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ClientBudget) GetClient() string {
@@ -656,11 +752,427 @@ func (x *ClientBudget) GetMaxInflightItems() uint32 {
 	return 0
 }
 
+// Record is one record to write.
+type Record struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// uri is the record's AT-URI; its collection must be one bsky.Service reads.
+	Uri string `protobuf:"bytes,1,opt,name=uri,proto3" json:"uri,omitempty"`
+	Cid string `protobuf:"bytes,2,opt,name=cid,proto3" json:"cid,omitempty"`
+	// record is the record's JSON; its $type must name the URI's collection.
+	Record []byte `protobuf:"bytes,3,opt,name=record,proto3" json:"record,omitempty"`
+	// indexed_at defaults to the time of the write.
+	IndexedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=indexed_at,json=indexedAt,proto3" json:"indexed_at,omitempty"`
+	// created_at defaults to the record's createdAt.
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// takedown_ref, when set, writes the record taken down.
+	TakedownRef   string   `protobuf:"bytes,6,opt,name=takedown_ref,json=takedownRef,proto3" json:"takedown_ref,omitempty"`
+	Tags          []string `protobuf:"bytes,7,rep,name=tags,proto3" json:"tags,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Record) Reset() {
+	*x = Record{}
+	mi := &file_sluice_v1_sluice_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Record) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Record) ProtoMessage() {}
+
+func (x *Record) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_sluice_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Record.ProtoReflect.Descriptor instead.
+func (*Record) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *Record) GetUri() string {
+	if x != nil {
+		return x.Uri
+	}
+	return ""
+}
+
+func (x *Record) GetCid() string {
+	if x != nil {
+		return x.Cid
+	}
+	return ""
+}
+
+func (x *Record) GetRecord() []byte {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
+func (x *Record) GetIndexedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.IndexedAt
+	}
+	return nil
+}
+
+func (x *Record) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Record) GetTakedownRef() string {
+	if x != nil {
+		return x.TakedownRef
+	}
+	return ""
+}
+
+func (x *Record) GetTags() []string {
+	if x != nil {
+		return x.Tags
+	}
+	return nil
+}
+
+type PutRecordsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Records       []*Record              `protobuf:"bytes,1,rep,name=records,proto3" json:"records,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutRecordsRequest) Reset() {
+	*x = PutRecordsRequest{}
+	mi := &file_sluice_v1_sluice_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutRecordsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutRecordsRequest) ProtoMessage() {}
+
+func (x *PutRecordsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_sluice_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutRecordsRequest.ProtoReflect.Descriptor instead.
+func (*PutRecordsRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *PutRecordsRequest) GetRecords() []*Record {
+	if x != nil {
+		return x.Records
+	}
+	return nil
+}
+
+type PutRecordsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Written       uint32                 `protobuf:"varint,1,opt,name=written,proto3" json:"written,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PutRecordsResponse) Reset() {
+	*x = PutRecordsResponse{}
+	mi := &file_sluice_v1_sluice_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PutRecordsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PutRecordsResponse) ProtoMessage() {}
+
+func (x *PutRecordsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_sluice_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PutRecordsResponse.ProtoReflect.Descriptor instead.
+func (*PutRecordsResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *PutRecordsResponse) GetWritten() uint32 {
+	if x != nil {
+		return x.Written
+	}
+	return 0
+}
+
+type DeleteRecordsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Uris          []string               `protobuf:"bytes,1,rep,name=uris,proto3" json:"uris,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteRecordsRequest) Reset() {
+	*x = DeleteRecordsRequest{}
+	mi := &file_sluice_v1_sluice_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteRecordsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteRecordsRequest) ProtoMessage() {}
+
+func (x *DeleteRecordsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_sluice_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteRecordsRequest.ProtoReflect.Descriptor instead.
+func (*DeleteRecordsRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *DeleteRecordsRequest) GetUris() []string {
+	if x != nil {
+		return x.Uris
+	}
+	return nil
+}
+
+type DeleteRecordsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Deleted       uint32                 `protobuf:"varint,1,opt,name=deleted,proto3" json:"deleted,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteRecordsResponse) Reset() {
+	*x = DeleteRecordsResponse{}
+	mi := &file_sluice_v1_sluice_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteRecordsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteRecordsResponse) ProtoMessage() {}
+
+func (x *DeleteRecordsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_sluice_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteRecordsResponse.ProtoReflect.Descriptor instead.
+func (*DeleteRecordsResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *DeleteRecordsResponse) GetDeleted() uint32 {
+	if x != nil {
+		return x.Deleted
+	}
+	return 0
+}
+
+// Takedown sets one record's takedown; an empty takedown_ref lifts it.
+type Takedown struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Uri           string                 `protobuf:"bytes,1,opt,name=uri,proto3" json:"uri,omitempty"`
+	TakedownRef   string                 `protobuf:"bytes,2,opt,name=takedown_ref,json=takedownRef,proto3" json:"takedown_ref,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Takedown) Reset() {
+	*x = Takedown{}
+	mi := &file_sluice_v1_sluice_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Takedown) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Takedown) ProtoMessage() {}
+
+func (x *Takedown) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_sluice_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Takedown.ProtoReflect.Descriptor instead.
+func (*Takedown) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *Takedown) GetUri() string {
+	if x != nil {
+		return x.Uri
+	}
+	return ""
+}
+
+func (x *Takedown) GetTakedownRef() string {
+	if x != nil {
+		return x.TakedownRef
+	}
+	return ""
+}
+
+type UpdateTakedownsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Takedowns     []*Takedown            `protobuf:"bytes,1,rep,name=takedowns,proto3" json:"takedowns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateTakedownsRequest) Reset() {
+	*x = UpdateTakedownsRequest{}
+	mi := &file_sluice_v1_sluice_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateTakedownsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateTakedownsRequest) ProtoMessage() {}
+
+func (x *UpdateTakedownsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_sluice_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateTakedownsRequest.ProtoReflect.Descriptor instead.
+func (*UpdateTakedownsRequest) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *UpdateTakedownsRequest) GetTakedowns() []*Takedown {
+	if x != nil {
+		return x.Takedowns
+	}
+	return nil
+}
+
+type UpdateTakedownsResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// updated counts the records that exist and were updated.
+	Updated       uint32 `protobuf:"varint,1,opt,name=updated,proto3" json:"updated,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateTakedownsResponse) Reset() {
+	*x = UpdateTakedownsResponse{}
+	mi := &file_sluice_v1_sluice_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateTakedownsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateTakedownsResponse) ProtoMessage() {}
+
+func (x *UpdateTakedownsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_sluice_v1_sluice_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateTakedownsResponse.ProtoReflect.Descriptor instead.
+func (*UpdateTakedownsResponse) Descriptor() ([]byte, []int) {
+	return file_sluice_v1_sluice_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *UpdateTakedownsResponse) GetUpdated() uint32 {
+	if x != nil {
+		return x.Updated
+	}
+	return 0
+}
+
 var File_sluice_v1_sluice_proto protoreflect.FileDescriptor
 
 const file_sluice_v1_sluice_proto_rawDesc = "" +
 	"\n" +
-	"\x16sluice/v1/sluice.proto\x12\tsluice.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd4\x01\n" +
+	"\x16sluice/v1/sluice.proto\x12\tsluice.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb7\x02\n" +
 	"\n" +
 	"PostRecord\x12\x10\n" +
 	"\x03uri\x18\x01 \x01(\tR\x03uri\x12\x14\n" +
@@ -670,7 +1182,15 @@ const file_sluice_v1_sluice_proto_rawDesc = "" +
 	"\n" +
 	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x129\n" +
 	"\n" +
-	"indexed_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tindexedAt\"+\n" +
+	"indexed_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\tindexedAt\x12!\n" +
+	"\ftakedown_ref\x18\a \x01(\tR\vtakedownRef\x12\x12\n" +
+	"\x04tags\x18\b \x03(\tR\x04tags\x12*\n" +
+	"\x05gates\x18\t \x01(\v2\x14.sluice.v1.PostGatesR\x05gates\"\xc3\x01\n" +
+	"\tPostGates\x12&\n" +
+	"\x0fhas_thread_gate\x18\x01 \x01(\bR\rhasThreadGate\x12\"\n" +
+	"\rhas_post_gate\x18\x02 \x01(\bR\vhasPostGate\x120\n" +
+	"\x14violates_thread_gate\x18\x03 \x01(\bR\x12violatesThreadGate\x128\n" +
+	"\x18violates_embedding_rules\x18\x04 \x01(\bR\x16violatesEmbeddingRules\"+\n" +
 	"\x15GetPostRecordsRequest\x12\x12\n" +
 	"\x04uris\x18\x01 \x03(\tR\x04uris\"I\n" +
 	"\x16GetPostRecordsResponse\x12/\n" +
@@ -698,13 +1218,43 @@ const file_sluice_v1_sluice_proto_rawDesc = "" +
 	"\x06client\x18\x01 \x01(\tR\x06client\x12(\n" +
 	"\x10items_per_second\x18\x02 \x01(\x01R\x0eitemsPerSecond\x12\x14\n" +
 	"\x05burst\x18\x03 \x01(\rR\x05burst\x12,\n" +
-	"\x12max_inflight_items\x18\x04 \x01(\rR\x10maxInflightItems2\xac\x03\n" +
+	"\x12max_inflight_items\x18\x04 \x01(\rR\x10maxInflightItems\"\xf1\x01\n" +
+	"\x06Record\x12\x10\n" +
+	"\x03uri\x18\x01 \x01(\tR\x03uri\x12\x10\n" +
+	"\x03cid\x18\x02 \x01(\tR\x03cid\x12\x16\n" +
+	"\x06record\x18\x03 \x01(\fR\x06record\x129\n" +
+	"\n" +
+	"indexed_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tindexedAt\x129\n" +
+	"\n" +
+	"created_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12!\n" +
+	"\ftakedown_ref\x18\x06 \x01(\tR\vtakedownRef\x12\x12\n" +
+	"\x04tags\x18\a \x03(\tR\x04tags\"@\n" +
+	"\x11PutRecordsRequest\x12+\n" +
+	"\arecords\x18\x01 \x03(\v2\x11.sluice.v1.RecordR\arecords\".\n" +
+	"\x12PutRecordsResponse\x12\x18\n" +
+	"\awritten\x18\x01 \x01(\rR\awritten\"*\n" +
+	"\x14DeleteRecordsRequest\x12\x12\n" +
+	"\x04uris\x18\x01 \x03(\tR\x04uris\"1\n" +
+	"\x15DeleteRecordsResponse\x12\x18\n" +
+	"\adeleted\x18\x01 \x01(\rR\adeleted\"?\n" +
+	"\bTakedown\x12\x10\n" +
+	"\x03uri\x18\x01 \x01(\tR\x03uri\x12!\n" +
+	"\ftakedown_ref\x18\x02 \x01(\tR\vtakedownRef\"K\n" +
+	"\x16UpdateTakedownsRequest\x121\n" +
+	"\ttakedowns\x18\x01 \x03(\v2\x13.sluice.v1.TakedownR\ttakedowns\"3\n" +
+	"\x17UpdateTakedownsResponse\x12\x18\n" +
+	"\aupdated\x18\x01 \x01(\rR\aupdated2\xac\x03\n" +
 	"\vPostRecords\x12U\n" +
 	"\x0eGetPostRecords\x12 .sluice.v1.GetPostRecordsRequest\x1a!.sluice.v1.GetPostRecordsResponse\x12G\n" +
 	"\rGetPostRecord\x12\x1f.sluice.v1.GetPostRecordRequest\x1a\x15.sluice.v1.PostRecord\x12U\n" +
 	"\x0ePutPostRecords\x12 .sluice.v1.PutPostRecordsRequest\x1a!.sluice.v1.PutPostRecordsResponse\x12^\n" +
 	"\x11DeletePostRecords\x12#.sluice.v1.DeletePostRecordsRequest\x1a$.sluice.v1.DeletePostRecordsResponse\x12F\n" +
-	"\tGetLimits\x12\x1b.sluice.v1.GetLimitsRequest\x1a\x1c.sluice.v1.GetLimitsResponseB5Z3github.com/sluice-dev/sluice/api/sluice/v1;sluicev1b\x06proto3"
+	"\tGetLimits\x12\x1b.sluice.v1.GetLimitsRequest\x1a\x1c.sluice.v1.GetLimitsResponse2\x82\x02\n" +
+	"\aRecords\x12I\n" +
+	"\n" +
+	"PutRecords\x12\x1c.sluice.v1.PutRecordsRequest\x1a\x1d.sluice.v1.PutRecordsResponse\x12R\n" +
+	"\rDeleteRecords\x12\x1f.sluice.v1.DeleteRecordsRequest\x1a .sluice.v1.DeleteRecordsResponse\x12X\n" +
+	"\x0fUpdateTakedowns\x12!.sluice.v1.UpdateTakedownsRequest\x1a\".sluice.v1.UpdateTakedownsResponseB5Z3github.com/sluice-dev/sluice/api/sluice/v1;sluicev1b\x06proto3"
 
 var (
 	file_sluice_v1_sluice_proto_rawDescOnce sync.Once
@@ -718,46 +1268,66 @@ func file_sluice_v1_sluice_proto_rawDescGZIP() []byte {
 	return file_sluice_v1_sluice_proto_rawDescData
 }
 
-var file_sluice_v1_sluice_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_sluice_v1_sluice_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_sluice_v1_sluice_proto_goTypes = []any{
 	(*PostRecord)(nil),                // 0: sluice.v1.PostRecord
-	(*GetPostRecordsRequest)(nil),     // 1: sluice.v1.GetPostRecordsRequest
-	(*GetPostRecordsResponse)(nil),    // 2: sluice.v1.GetPostRecordsResponse
-	(*GetPostRecordRequest)(nil),      // 3: sluice.v1.GetPostRecordRequest
-	(*PutPostRecordsRequest)(nil),     // 4: sluice.v1.PutPostRecordsRequest
-	(*PutPostRecordsResponse)(nil),    // 5: sluice.v1.PutPostRecordsResponse
-	(*DeletePostRecordsRequest)(nil),  // 6: sluice.v1.DeletePostRecordsRequest
-	(*DeletePostRecordsResponse)(nil), // 7: sluice.v1.DeletePostRecordsResponse
-	(*GetLimitsRequest)(nil),          // 8: sluice.v1.GetLimitsRequest
-	(*GetLimitsResponse)(nil),         // 9: sluice.v1.GetLimitsResponse
-	(*MethodLimits)(nil),              // 10: sluice.v1.MethodLimits
-	(*ClientBudget)(nil),              // 11: sluice.v1.ClientBudget
-	(*timestamppb.Timestamp)(nil),     // 12: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),       // 13: google.protobuf.Duration
+	(*PostGates)(nil),                 // 1: sluice.v1.PostGates
+	(*GetPostRecordsRequest)(nil),     // 2: sluice.v1.GetPostRecordsRequest
+	(*GetPostRecordsResponse)(nil),    // 3: sluice.v1.GetPostRecordsResponse
+	(*GetPostRecordRequest)(nil),      // 4: sluice.v1.GetPostRecordRequest
+	(*PutPostRecordsRequest)(nil),     // 5: sluice.v1.PutPostRecordsRequest
+	(*PutPostRecordsResponse)(nil),    // 6: sluice.v1.PutPostRecordsResponse
+	(*DeletePostRecordsRequest)(nil),  // 7: sluice.v1.DeletePostRecordsRequest
+	(*DeletePostRecordsResponse)(nil), // 8: sluice.v1.DeletePostRecordsResponse
+	(*GetLimitsRequest)(nil),          // 9: sluice.v1.GetLimitsRequest
+	(*GetLimitsResponse)(nil),         // 10: sluice.v1.GetLimitsResponse
+	(*MethodLimits)(nil),              // 11: sluice.v1.MethodLimits
+	(*ClientBudget)(nil),              // 12: sluice.v1.ClientBudget
+	(*Record)(nil),                    // 13: sluice.v1.Record
+	(*PutRecordsRequest)(nil),         // 14: sluice.v1.PutRecordsRequest
+	(*PutRecordsResponse)(nil),        // 15: sluice.v1.PutRecordsResponse
+	(*DeleteRecordsRequest)(nil),      // 16: sluice.v1.DeleteRecordsRequest
+	(*DeleteRecordsResponse)(nil),     // 17: sluice.v1.DeleteRecordsResponse
+	(*Takedown)(nil),                  // 18: sluice.v1.Takedown
+	(*UpdateTakedownsRequest)(nil),    // 19: sluice.v1.UpdateTakedownsRequest
+	(*UpdateTakedownsResponse)(nil),   // 20: sluice.v1.UpdateTakedownsResponse
+	(*timestamppb.Timestamp)(nil),     // 21: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),       // 22: google.protobuf.Duration
 }
 var file_sluice_v1_sluice_proto_depIdxs = []int32{
-	12, // 0: sluice.v1.PostRecord.created_at:type_name -> google.protobuf.Timestamp
-	12, // 1: sluice.v1.PostRecord.indexed_at:type_name -> google.protobuf.Timestamp
-	0,  // 2: sluice.v1.GetPostRecordsResponse.records:type_name -> sluice.v1.PostRecord
-	0,  // 3: sluice.v1.PutPostRecordsRequest.records:type_name -> sluice.v1.PostRecord
-	10, // 4: sluice.v1.GetLimitsResponse.methods:type_name -> sluice.v1.MethodLimits
-	11, // 5: sluice.v1.GetLimitsResponse.budget:type_name -> sluice.v1.ClientBudget
-	13, // 6: sluice.v1.MethodLimits.timeout:type_name -> google.protobuf.Duration
-	1,  // 7: sluice.v1.PostRecords.GetPostRecords:input_type -> sluice.v1.GetPostRecordsRequest
-	3,  // 8: sluice.v1.PostRecords.GetPostRecord:input_type -> sluice.v1.GetPostRecordRequest
-	4,  // 9: sluice.v1.PostRecords.PutPostRecords:input_type -> sluice.v1.PutPostRecordsRequest
-	6,  // 10: sluice.v1.PostRecords.DeletePostRecords:input_type -> sluice.v1.DeletePostRecordsRequest
-	8,  // 11: sluice.v1.PostRecords.GetLimits:input_type -> sluice.v1.GetLimitsRequest
-	2,  // 12: sluice.v1.PostRecords.GetPostRecords:output_type -> sluice.v1.GetPostRecordsResponse
-	0,  // 13: sluice.v1.PostRecords.GetPostRecord:output_type -> sluice.v1.PostRecord
-	5,  // 14: sluice.v1.PostRecords.PutPostRecords:output_type -> sluice.v1.PutPostRecordsResponse
-	7,  // 15: sluice.v1.PostRecords.DeletePostRecords:output_type -> sluice.v1.DeletePostRecordsResponse
-	9,  // 16: sluice.v1.PostRecords.GetLimits:output_type -> sluice.v1.GetLimitsResponse
-	12, // [12:17] is the sub-list for method output_type
-	7,  // [7:12] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	21, // 0: sluice.v1.PostRecord.created_at:type_name -> google.protobuf.Timestamp
+	21, // 1: sluice.v1.PostRecord.indexed_at:type_name -> google.protobuf.Timestamp
+	1,  // 2: sluice.v1.PostRecord.gates:type_name -> sluice.v1.PostGates
+	0,  // 3: sluice.v1.GetPostRecordsResponse.records:type_name -> sluice.v1.PostRecord
+	0,  // 4: sluice.v1.PutPostRecordsRequest.records:type_name -> sluice.v1.PostRecord
+	11, // 5: sluice.v1.GetLimitsResponse.methods:type_name -> sluice.v1.MethodLimits
+	12, // 6: sluice.v1.GetLimitsResponse.budget:type_name -> sluice.v1.ClientBudget
+	22, // 7: sluice.v1.MethodLimits.timeout:type_name -> google.protobuf.Duration
+	21, // 8: sluice.v1.Record.indexed_at:type_name -> google.protobuf.Timestamp
+	21, // 9: sluice.v1.Record.created_at:type_name -> google.protobuf.Timestamp
+	13, // 10: sluice.v1.PutRecordsRequest.records:type_name -> sluice.v1.Record
+	18, // 11: sluice.v1.UpdateTakedownsRequest.takedowns:type_name -> sluice.v1.Takedown
+	2,  // 12: sluice.v1.PostRecords.GetPostRecords:input_type -> sluice.v1.GetPostRecordsRequest
+	4,  // 13: sluice.v1.PostRecords.GetPostRecord:input_type -> sluice.v1.GetPostRecordRequest
+	5,  // 14: sluice.v1.PostRecords.PutPostRecords:input_type -> sluice.v1.PutPostRecordsRequest
+	7,  // 15: sluice.v1.PostRecords.DeletePostRecords:input_type -> sluice.v1.DeletePostRecordsRequest
+	9,  // 16: sluice.v1.PostRecords.GetLimits:input_type -> sluice.v1.GetLimitsRequest
+	14, // 17: sluice.v1.Records.PutRecords:input_type -> sluice.v1.PutRecordsRequest
+	16, // 18: sluice.v1.Records.DeleteRecords:input_type -> sluice.v1.DeleteRecordsRequest
+	19, // 19: sluice.v1.Records.UpdateTakedowns:input_type -> sluice.v1.UpdateTakedownsRequest
+	3,  // 20: sluice.v1.PostRecords.GetPostRecords:output_type -> sluice.v1.GetPostRecordsResponse
+	0,  // 21: sluice.v1.PostRecords.GetPostRecord:output_type -> sluice.v1.PostRecord
+	6,  // 22: sluice.v1.PostRecords.PutPostRecords:output_type -> sluice.v1.PutPostRecordsResponse
+	8,  // 23: sluice.v1.PostRecords.DeletePostRecords:output_type -> sluice.v1.DeletePostRecordsResponse
+	10, // 24: sluice.v1.PostRecords.GetLimits:output_type -> sluice.v1.GetLimitsResponse
+	15, // 25: sluice.v1.Records.PutRecords:output_type -> sluice.v1.PutRecordsResponse
+	17, // 26: sluice.v1.Records.DeleteRecords:output_type -> sluice.v1.DeleteRecordsResponse
+	20, // 27: sluice.v1.Records.UpdateTakedowns:output_type -> sluice.v1.UpdateTakedownsResponse
+	20, // [20:28] is the sub-list for method output_type
+	12, // [12:20] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_sluice_v1_sluice_proto_init() }
@@ -771,9 +1341,9 @@ func file_sluice_v1_sluice_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_sluice_v1_sluice_proto_rawDesc), len(file_sluice_v1_sluice_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   21,
 			NumExtensions: 0,
-			NumServices:   1,
+			NumServices:   2,
 		},
 		GoTypes:           file_sluice_v1_sluice_proto_goTypes,
 		DependencyIndexes: file_sluice_v1_sluice_proto_depIdxs,

@@ -297,3 +297,203 @@ var PostRecords_ServiceDesc = grpc.ServiceDesc{
 	Streams:  []grpc.StreamDesc{},
 	Metadata: "sluice/v1/sluice.proto",
 }
+
+const (
+	Records_PutRecords_FullMethodName      = "/sluice.v1.Records/PutRecords"
+	Records_DeleteRecords_FullMethodName   = "/sluice.v1.Records/DeleteRecords"
+	Records_UpdateTakedowns_FullMethodName = "/sluice.v1.Records/UpdateTakedowns"
+)
+
+// RecordsClient is the client API for Records service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// Records writes records of every collection bsky.Service reads, with
+// their moderation state. Each write goes to the store, then invalidates
+// the cache entries it changed (a post's gate state included), so the
+// next read from any replica sees it. Writing or deleting a thread-gate
+// or post-gate updates the gate state of its post.
+type RecordsClient interface {
+	// PutRecords validates every record, then writes them all; a record
+	// that fails validation fails the batch before anything is written.
+	PutRecords(ctx context.Context, in *PutRecordsRequest, opts ...grpc.CallOption) (*PutRecordsResponse, error)
+	// DeleteRecords deletes records; missing URIs are not an error.
+	DeleteRecords(ctx context.Context, in *DeleteRecordsRequest, opts ...grpc.CallOption) (*DeleteRecordsResponse, error)
+	// UpdateTakedowns sets or lifts (empty takedown_ref) the takedown of
+	// stored records; URIs with no record are skipped.
+	UpdateTakedowns(ctx context.Context, in *UpdateTakedownsRequest, opts ...grpc.CallOption) (*UpdateTakedownsResponse, error)
+}
+
+type recordsClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewRecordsClient(cc grpc.ClientConnInterface) RecordsClient {
+	return &recordsClient{cc}
+}
+
+func (c *recordsClient) PutRecords(ctx context.Context, in *PutRecordsRequest, opts ...grpc.CallOption) (*PutRecordsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(PutRecordsResponse)
+	err := c.cc.Invoke(ctx, Records_PutRecords_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *recordsClient) DeleteRecords(ctx context.Context, in *DeleteRecordsRequest, opts ...grpc.CallOption) (*DeleteRecordsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteRecordsResponse)
+	err := c.cc.Invoke(ctx, Records_DeleteRecords_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *recordsClient) UpdateTakedowns(ctx context.Context, in *UpdateTakedownsRequest, opts ...grpc.CallOption) (*UpdateTakedownsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UpdateTakedownsResponse)
+	err := c.cc.Invoke(ctx, Records_UpdateTakedowns_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// RecordsServer is the server API for Records service.
+// All implementations must embed UnimplementedRecordsServer
+// for forward compatibility.
+//
+// Records writes records of every collection bsky.Service reads, with
+// their moderation state. Each write goes to the store, then invalidates
+// the cache entries it changed (a post's gate state included), so the
+// next read from any replica sees it. Writing or deleting a thread-gate
+// or post-gate updates the gate state of its post.
+type RecordsServer interface {
+	// PutRecords validates every record, then writes them all; a record
+	// that fails validation fails the batch before anything is written.
+	PutRecords(context.Context, *PutRecordsRequest) (*PutRecordsResponse, error)
+	// DeleteRecords deletes records; missing URIs are not an error.
+	DeleteRecords(context.Context, *DeleteRecordsRequest) (*DeleteRecordsResponse, error)
+	// UpdateTakedowns sets or lifts (empty takedown_ref) the takedown of
+	// stored records; URIs with no record are skipped.
+	UpdateTakedowns(context.Context, *UpdateTakedownsRequest) (*UpdateTakedownsResponse, error)
+	mustEmbedUnimplementedRecordsServer()
+}
+
+// UnimplementedRecordsServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedRecordsServer struct{}
+
+func (UnimplementedRecordsServer) PutRecords(context.Context, *PutRecordsRequest) (*PutRecordsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method PutRecords not implemented")
+}
+func (UnimplementedRecordsServer) DeleteRecords(context.Context, *DeleteRecordsRequest) (*DeleteRecordsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method DeleteRecords not implemented")
+}
+func (UnimplementedRecordsServer) UpdateTakedowns(context.Context, *UpdateTakedownsRequest) (*UpdateTakedownsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method UpdateTakedowns not implemented")
+}
+func (UnimplementedRecordsServer) mustEmbedUnimplementedRecordsServer() {}
+func (UnimplementedRecordsServer) testEmbeddedByValue()                 {}
+
+// UnsafeRecordsServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to RecordsServer will
+// result in compilation errors.
+type UnsafeRecordsServer interface {
+	mustEmbedUnimplementedRecordsServer()
+}
+
+func RegisterRecordsServer(s grpc.ServiceRegistrar, srv RecordsServer) {
+	// If the following call pancis, it indicates UnimplementedRecordsServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&Records_ServiceDesc, srv)
+}
+
+func _Records_PutRecords_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PutRecordsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RecordsServer).PutRecords(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Records_PutRecords_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RecordsServer).PutRecords(ctx, req.(*PutRecordsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Records_DeleteRecords_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteRecordsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RecordsServer).DeleteRecords(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Records_DeleteRecords_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RecordsServer).DeleteRecords(ctx, req.(*DeleteRecordsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Records_UpdateTakedowns_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UpdateTakedownsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(RecordsServer).UpdateTakedowns(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Records_UpdateTakedowns_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(RecordsServer).UpdateTakedowns(ctx, req.(*UpdateTakedownsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// Records_ServiceDesc is the grpc.ServiceDesc for Records service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var Records_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "sluice.v1.Records",
+	HandlerType: (*RecordsServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "PutRecords",
+			Handler:    _Records_PutRecords_Handler,
+		},
+		{
+			MethodName: "DeleteRecords",
+			Handler:    _Records_DeleteRecords_Handler,
+		},
+		{
+			MethodName: "UpdateTakedowns",
+			Handler:    _Records_UpdateTakedowns_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "sluice/v1/sluice.proto",
+}

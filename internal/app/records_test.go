@@ -1,0 +1,187 @@
+package app
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/api/bsky"
+	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
+	"github.com/sluice-dev/sluice/internal/bskyrpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+const (
+	alice = "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa"
+	bob   = "did:plc:bbbbbbbbbbbbbbbbbbbbbbbb"
+	carol = "did:plc:cccccccccccccccccccccccc"
+)
+
+func recURI(did, collection, rkey string) string {
+	return fmt.Sprintf("at://%s/%s/%s", did, collection, rkey)
+}
+
+func writeRec(did, collection, rkey, body string) *sluicev1.Record {
+	return &sluicev1.Record{
+		Uri:    recURI(did, collection, rkey),
+		Cid:    "bafyreib2rxk3rh6kzwq",
+		Record: []byte(fmt.Sprintf(`{"$type":%q,"createdAt":"2026-01-01T00:00:00Z"%s}`, collection, body)),
+	}
+}
+
+func ref(uri string) string { return fmt.Sprintf(`{"uri":%q,"cid":"bafyreib2rxk3rh6kzwq"}`, uri) }
+
+// Tests the write path of sluice.v1.Records through bsky.Service: a
+// takedown and its lift, tags, and the gate state computed when posts and
+// gates are written or deleted, each visible on the very next read.
+func TestRecordsModerationAndGates(t *testing.T) {
+	ts := startServer(t, 1, func(c *Config) {
+		c.Telemetry.Clients = []string{"appview"}
+	})
+	w := sluicev1.NewRecordsClient(ts.conn)
+	r := bsky.NewServiceClient(ts.conn)
+	ctx := ts.appviewCtx()
+	post := func(did, rkey, body string) *sluicev1.Record {
+		return writeRec(did, "app.bsky.feed.post", rkey, `,"text":"t"`+body)
+	}
+	gated := recURI(bob, "app.bsky.feed.post", "3kgated")
+	quoted := recURI(bob, "app.bsky.feed.post", "3kquoted")
+	taken := post(alice, "3ktaken", "")
+	taken.TakedownRef, taken.Tags = "mod:1", []string{"hide", "rank:-1"}
+	batch := []*sluicev1.Record{
+		taken,
+		writeRec(bob, "app.bsky.feed.threadgate", "3kgated", `,"post":"`+gated+`","allow":[]`),
+		post(bob, "3kgated", ""),
+		post(carol, "3kreply", `,"reply":{"root":`+ref(gated)+`,"parent":`+ref(gated)+`}`),
+		post(bob, "3kownreply", `,"reply":{"root":`+ref(gated)+`,"parent":`+ref(gated)+`}`),
+		writeRec(bob, "app.bsky.feed.postgate", "3kquoted", `,"post":"`+quoted+`","embeddingRules":[{"$type":"app.bsky.feed.postgate#disableRule"}]`),
+		post(bob, "3kquoted", ""),
+		post(carol, "3kquote", `,"embed":{"$type":"app.bsky.embed.record","record":`+ref(quoted)+`}`),
+		post(bob, "3kselfquote", `,"embed":{"$type":"app.bsky.embed.record","record":`+ref(quoted)+`}`),
+		post(alice, "3klater", ""),
+	}
+	if resp, err := w.PutRecords(ctx, &sluicev1.PutRecordsRequest{Records: batch}); err != nil || resp.GetWritten() != uint32(len(batch)) {
+		t.Fatalf("PutRecords = %v, %v", resp, err)
+	}
+	uris := []string{taken.Uri, gated, batch[3].Uri, batch[4].Uri, quoted, batch[7].Uri, batch[8].Uri, batch[9].Uri}
+	read := func() *bsky.GetPostRecordsResponse {
+		t.Helper()
+		resp, err := r.GetPostRecords(ctx, &bsky.GetPostRecordsRequest{Uris: uris})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	got := read()
+	if rec := got.Records[0]; !rec.TakenDown || rec.TakedownRef != "mod:1" || fmt.Sprint(rec.Tags) != "[hide rank:-1]" {
+		t.Errorf("taken-down post: taken_down %v, takedown_ref %q, tags %q", rec.TakenDown, rec.TakedownRef, rec.Tags)
+	}
+	want := []bsky.PostRecordMeta{
+		{}, {HasThreadGate: true}, {IsReply: true, ViolatesThreadGate: true}, {IsReply: true},
+		{HasPostGate: true}, {ViolatesEmbeddingRules: true}, {}, {},
+	}
+	for i := range want {
+		m := got.Meta[i]
+		if m.HasThreadGate != want[i].HasThreadGate || m.HasPostGate != want[i].HasPostGate || m.IsReply != want[i].IsReply ||
+			m.ViolatesThreadGate != want[i].ViolatesThreadGate || m.ViolatesEmbeddingRules != want[i].ViolatesEmbeddingRules {
+			t.Errorf("meta of %s = %v, want %v", uris[i], m, &want[i])
+		}
+	}
+
+	// Once the write's tombstones expire, reads fill the cache and are
+	// answered from it; the changes below must still be seen at once.
+	fromCache := map[string]string{"client": "appview", "method": "GetPostRecords", "source": "cache"}
+	for deadline := time.Now().Add(20 * time.Second); ts.metrics().Sum("sluice_items_total", fromCache) < float64(len(uris)); {
+		if time.Now().After(deadline) {
+			t.Fatal("the posts were never answered from the cache")
+		}
+		time.Sleep(100 * time.Millisecond)
+		read()
+	}
+
+	// A lift, a gate deleted and a gate written after its post: each seen
+	// by the next read, though the cache holds the old versions.
+	if resp, err := w.UpdateTakedowns(ctx, &sluicev1.UpdateTakedownsRequest{Takedowns: []*sluicev1.Takedown{{Uri: taken.Uri}, {Uri: recURI(alice, "app.bsky.feed.post", "3knone"), TakedownRef: "x"}}}); err != nil || resp.GetUpdated() != 1 {
+		t.Fatalf("UpdateTakedowns = %v, %v", resp, err)
+	}
+	if _, err := w.DeleteRecords(ctx, &sluicev1.DeleteRecordsRequest{Uris: []string{batch[1].Uri}}); err != nil {
+		t.Fatal(err)
+	}
+	later := batch[9].Uri
+	if _, err := w.PutRecords(ctx, &sluicev1.PutRecordsRequest{Records: []*sluicev1.Record{writeRec(alice, "app.bsky.feed.threadgate", "3klater", `,"post":"`+later+`"`)}}); err != nil {
+		t.Fatal(err)
+	}
+	got = read()
+	if rec := got.Records[0]; rec.TakenDown || rec.TakedownRef != "" || len(rec.Tags) != 2 {
+		t.Errorf("after the lift: taken_down %v, takedown_ref %q, tags %q", rec.TakenDown, rec.TakedownRef, rec.Tags)
+	}
+	if got.Meta[1].HasThreadGate {
+		t.Error("has_thread_gate still set after its thread-gate was deleted")
+	}
+	if !got.Meta[7].HasThreadGate {
+		t.Error("has_thread_gate not set by a thread-gate written after its post")
+	}
+	if taken := ts.readTakedown(t, taken.Uri); taken {
+		t.Error("sluice.v1 GetPostRecords still shows the takedown")
+	}
+
+	// Refusals: a collection bsky.Service does not read, a gate whose post
+	// is another record's, and nothing of either batch is written.
+	for name, rec := range map[string]*sluicev1.Record{
+		"foreign collection":   writeRec(alice, "com.example.thing", "3kx", ""),
+		"gate of another post": writeRec(alice, "app.bsky.feed.threadgate", "3kx", `,"post":"`+gated+`"`),
+	} {
+		_, err := w.PutRecords(ctx, &sluicev1.PutRecordsRequest{Records: []*sluicev1.Record{post(alice, "3kokay", ""), rec}})
+		if status.Code(err) != codes.InvalidArgument {
+			t.Errorf("%s: %v, want InvalidArgument", name, err)
+		}
+	}
+	if resp, _ := r.GetPostRecords(ctx, &bsky.GetPostRecordsRequest{Uris: []string{recURI(alice, "app.bsky.feed.post", "3kokay")}}); len(resp.GetRecords()[0].GetRecord()) != 0 {
+		t.Error("a refused batch wrote its valid record")
+	}
+}
+
+// readTakedown reads uri through sluice.v1 and reports whether it is
+// taken down.
+func (ts *testServer) readTakedown(t *testing.T, uri string) bool {
+	t.Helper()
+	resp, err := sluicev1.NewPostRecordsClient(ts.conn).GetPostRecord(ts.appviewCtx(), &sluicev1.GetPostRecordRequest{Uri: uri})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.GetTakedownRef() != ""
+}
+
+// Tests that every one of the 19 record methods answers a record written
+// through PutRecords.
+func TestRecordsEveryMethod(t *testing.T) {
+	ts := startServer(t, 1, nil)
+	w := sluicev1.NewRecordsClient(ts.conn)
+	served := bskyrpc.Served()
+	if len(served) != 19 {
+		t.Fatalf("%d methods served, want 19", len(served))
+	}
+	var batch []*sluicev1.Record
+	for _, collection := range served {
+		body := ""
+		if collection == "app.bsky.feed.threadgate" || collection == "app.bsky.feed.postgate" {
+			body = `,"post":"` + recURI(carol, "app.bsky.feed.post", "self") + `"`
+		}
+		batch = append(batch, writeRec(carol, collection, "self", body))
+	}
+	if _, err := w.PutRecords(ts.appviewCtx(), &sluicev1.PutRecordsRequest{Records: batch}); err != nil {
+		t.Fatal(err)
+	}
+	for method, collection := range served {
+		var resp bsky.GetLikeRecordsResponse
+		uri := recURI(carol, collection, "self")
+		if err := ts.conn.Invoke(ts.appviewCtx(), "/bsky.Service/"+method, &bsky.GetLikeRecordsRequest{Uris: []string{uri}}, &resp); err != nil {
+			t.Errorf("%s: %v", method, err)
+			continue
+		}
+		if rec := resp.GetRecords()[0]; len(rec.GetRecord()) == 0 || rec.GetCid() == "" {
+			t.Errorf("%s did not answer %s", method, uri)
+		}
+	}
+}

@@ -1,0 +1,251 @@
+// Package records writes records of every collection bsky.Service reads,
+// with their moderation state, and keeps the gate state of posts in step
+// with them the way the AppView's reference indexer does, at write time:
+//
+//   - a post has has_thread_gate / has_post_gate when a thread-gate /
+//     post-gate record exists with the same author and record key;
+//     writing or deleting such a gate sets or clears the flag on its post;
+//   - a reply violates_thread_gate when its root's thread-gate disallows
+//     the replier (see CanReply for the rules decided);
+//   - a quote violates_embedding_rules when the quoted post's post-gate
+//     disables embedding and the quoter is not its author.
+//
+// Each collection's writes go through its posts.Service (validation,
+// store write, then cache invalidation), so the next read from any
+// replica sees them. Records does not decide what a batch may hold (the
+// guard does) nor map errors to status codes (package rpc does).
+package records
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/sluice-dev/sluice/internal/aturi"
+	"github.com/sluice-dev/sluice/internal/guard/fanout"
+	"github.com/sluice-dev/sluice/internal/posts"
+	"github.com/sluice-dev/sluice/internal/store"
+)
+
+// The collections whose records carry or affect gate state.
+const (
+	PostCollection       = aturi.PostCollection
+	ThreadgateCollection = "app.bsky.feed.threadgate"
+	PostgateCollection   = "app.bsky.feed.postgate"
+)
+
+// Writer writes records of the collections it has a posts.Service for.
+type Writer struct {
+	services map[string]*posts.Service
+}
+
+// New returns a writer over services, keyed by collection. It must hold
+// the post, thread-gate and post-gate collections.
+func New(services map[string]*posts.Service) (*Writer, error) {
+	for _, c := range []string{PostCollection, ThreadgateCollection, PostgateCollection} {
+		if services[c] == nil {
+			return nil, fmt.Errorf("records: no service for %s", c)
+		}
+	}
+	return &Writer{services: services}, nil
+}
+
+// Takedown sets (TakedownRef non-empty) or lifts one record's takedown.
+type Takedown struct {
+	URI         string
+	TakedownRef string
+}
+
+// Put validates every record, computes the gate state of its posts, writes
+// them collection by collection, then updates the gate state of the posts
+// whose gates it wrote. A record that fails validation fails the batch
+// before anything is written. The writes of different collections are not
+// one transaction: a store failure part-way leaves the earlier
+// collections written (a retry of the batch is safe).
+func (w *Writer) Put(ctx context.Context, recs []store.Record) (int, error) {
+	parsed := make([]aturi.URI, len(recs))
+	batch := make(map[string]*store.Record, len(recs))
+	for i := range recs {
+		u, err := w.check(i, &recs[i])
+		if err != nil {
+			return 0, err
+		}
+		parsed[i] = u
+		batch[recs[i].URI] = &recs[i]
+	}
+	for i := range recs {
+		if parsed[i].Collection != PostCollection {
+			continue
+		}
+		g, err := w.gatesOf(ctx, parsed[i], recs[i].JSON, batch)
+		if err != nil {
+			return 0, err
+		}
+		recs[i].Gates = g
+	}
+	groups := map[string][]store.Record{}
+	var order []string
+	for i, r := range recs {
+		c := parsed[i].Collection
+		if _, ok := groups[c]; !ok {
+			order = append(order, c)
+		}
+		groups[c] = append(groups[c], r)
+	}
+	written := 0
+	for _, c := range order {
+		n, err := w.services[c].Put(ctx, groups[c])
+		if err != nil {
+			return written, err
+		}
+		written += n
+	}
+	for i, u := range parsed {
+		if u.Collection != ThreadgateCollection && u.Collection != PostgateCollection {
+			continue
+		}
+		post := postOf(u)
+		if _, inBatch := batch[post]; inBatch {
+			continue // its gates were computed with this gate in view
+		}
+		if err := w.setGateFlag(ctx, post, u.Collection, true); err != nil {
+			return written, fmt.Errorf("records[%d]: update the gate state of %s: %w", i, post, err)
+		}
+	}
+	return written, nil
+}
+
+// Delete deletes records of any served collection and reports how many
+// existed; deleting a thread-gate or post-gate clears the flag on its post.
+func (w *Writer) Delete(ctx context.Context, uris []string) (int, error) {
+	parsed := make([]aturi.URI, len(uris))
+	groups := map[string][]string{}
+	var order []string
+	for i, uri := range uris {
+		u, err := w.parse(uri)
+		if err != nil {
+			return 0, &posts.InvalidURIError{Index: i, URI: uri, Err: err}
+		}
+		parsed[i] = u
+		if _, ok := groups[u.Collection]; !ok {
+			order = append(order, u.Collection)
+		}
+		groups[u.Collection] = append(groups[u.Collection], uri)
+	}
+	deleted := 0
+	for _, c := range order {
+		n, err := w.services[c].Delete(ctx, groups[c])
+		if err != nil {
+			return deleted, err
+		}
+		deleted += n
+	}
+	for _, u := range parsed {
+		if u.Collection == ThreadgateCollection || u.Collection == PostgateCollection {
+			if err := w.setGateFlag(ctx, postOf(u), u.Collection, false); err != nil {
+				return deleted, fmt.Errorf("update the gate state of %s: %w", postOf(u), err)
+			}
+		}
+	}
+	return deleted, nil
+}
+
+// UpdateTakedowns sets or lifts the takedown of each stored record and
+// reports how many exist. URIs with no record are skipped.
+func (w *Writer) UpdateTakedowns(ctx context.Context, takedowns []Takedown) (int, error) {
+	for i, td := range takedowns {
+		if _, err := w.parse(td.URI); err != nil {
+			return 0, &posts.InvalidRecordError{Index: i, URI: td.URI, Reason: err.Error()}
+		}
+		if err := store.CheckModeration(td.TakedownRef, nil); err != nil {
+			return 0, &posts.InvalidRecordError{Index: i, URI: td.URI, Reason: err.Error()}
+		}
+	}
+	var updated atomic.Int64
+	err := fanout.Each(ctx, len(takedowns), func(ctx context.Context, i int) error {
+		td := takedowns[i]
+		u, _ := aturi.Parse(td.URI)
+		existed, err := w.services[u.Collection].Update(ctx, td.URI, func(r *store.Record) bool {
+			if r.TakedownRef == td.TakedownRef {
+				return false
+			}
+			r.TakedownRef = td.TakedownRef
+			return true
+		})
+		if existed {
+			updated.Add(1)
+		}
+		return err
+	})
+	return int(updated.Load()), err
+}
+
+// check validates the record at position i and returns its parsed URI.
+func (w *Writer) check(i int, r *store.Record) (aturi.URI, error) {
+	u, err := w.parse(r.URI)
+	if err != nil {
+		return u, &posts.InvalidRecordError{Index: i, URI: r.URI, Reason: err.Error()}
+	}
+	if err := w.services[u.Collection].Check(i, r); err != nil {
+		return u, err
+	}
+	if u.Collection == ThreadgateCollection || u.Collection == PostgateCollection {
+		if err := checkGateSubject(u, r.JSON); err != nil {
+			return u, &posts.InvalidRecordError{Index: i, URI: r.URI, Reason: err.Error()}
+		}
+	}
+	return u, nil
+}
+
+// parse accepts a record AT-URI of a collection the writer serves.
+func (w *Writer) parse(uri string) (aturi.URI, error) {
+	u, err := aturi.Parse(uri)
+	if err != nil {
+		return u, err
+	}
+	if w.services[u.Collection] == nil {
+		return u, fmt.Errorf("collection %q is not one bsky.Service reads", u.Collection)
+	}
+	return u, nil
+}
+
+// checkGateSubject requires a gate's post to be the post with the gate's
+// author and record key, as the reference indexer does.
+func checkGateSubject(gate aturi.URI, body []byte) error {
+	var g struct {
+		Post string `json:"post"`
+	}
+	_ = json.Unmarshal(body, &g)
+	p, err := aturi.ParseIn(g.Post, PostCollection)
+	if err != nil || p.DID != gate.DID || p.RKey != gate.RKey {
+		return fmt.Errorf("the gate's post %q is not the post of the same author and record key (%s)", g.Post, postOf(gate))
+	}
+	return nil
+}
+
+// setGateFlag sets has_thread_gate or has_post_gate on a stored post.
+func (w *Writer) setGateFlag(ctx context.Context, post, gateCollection string, on bool) error {
+	_, err := w.services[PostCollection].Update(ctx, post, func(r *store.Record) bool {
+		flag := &r.Gates.HasThreadGate
+		if gateCollection == PostgateCollection {
+			flag = &r.Gates.HasPostGate
+		}
+		if *flag == on {
+			return false
+		}
+		*flag = on
+		return true
+	})
+	return err
+}
+
+// postOf is the post a gate URI belongs to: same author and record key.
+func postOf(gate aturi.URI) string {
+	return aturi.URI{DID: gate.DID, Collection: PostCollection, RKey: gate.RKey}.String()
+}
+
+// gateOf is the URI of a post's gate record of collection.
+func gateOf(post aturi.URI, collection string) string {
+	return aturi.URI{DID: post.DID, Collection: collection, RKey: post.RKey}.String()
+}
