@@ -2,6 +2,7 @@ package app
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -183,5 +184,70 @@ func TestRecordsEveryMethod(t *testing.T) {
 		if rec := resp.GetRecords()[0]; len(rec.GetRecord()) == 0 || rec.GetCid() == "" {
 			t.Errorf("%s did not answer %s", method, uri)
 		}
+	}
+}
+
+// Tests that sluice.v1.Records refuses bad input with an InvalidArgument
+// naming what was wrong and the limit, and that a refused request changes
+// nothing stored: too many records, a record over the size limit, a
+// collection bsky.Service does not read, a malformed URI, a takedown_ref
+// over its limit. The bad record is of another collection than the good
+// one before it, so the whole batch must be checked before any of it is
+// written.
+func TestRecordsBadInput(t *testing.T) {
+	ts := startServer(t, 1, nil)
+	w := sluicev1.NewRecordsClient(ts.conn)
+	ctx := ts.ctx("writer")
+	like := func(rkey, body string) *sluicev1.Record {
+		return writeRec(alice, "app.bsky.feed.like", rkey, body)
+	}
+	kept := like("3kkept", `,"n":1`)
+	if _, err := w.PutRecords(ctx, &sluicev1.PutRecordsRequest{Records: []*sluicev1.Record{kept}}); err != nil {
+		t.Fatal(err)
+	}
+	overwrite := like("3kkept", `,"n":2`)
+	many := make([]*sluicev1.Record, 1001)
+	for i := range many {
+		many[i] = like(fmt.Sprintf("3kmany%d", i), "")
+	}
+	many[0] = overwrite
+	cases := []struct {
+		name, want string
+		req        *sluicev1.PutRecordsRequest
+	}{
+		{"too many", "1001 records exceeds the limit of 1000", &sluicev1.PutRecordsRequest{Records: many}},
+		{"too large", "over the limit of 65536", &sluicev1.PutRecordsRequest{Records: []*sluicev1.Record{overwrite, writeRec(alice, "app.bsky.feed.post", "3kbig", `,"text":"`+strings.Repeat("z", 70_000)+`"`)}}},
+		{"unknown collection", `collection "com.example.thing" is not one bsky.Service reads`, &sluicev1.PutRecordsRequest{Records: []*sluicev1.Record{overwrite, writeRec(alice, "com.example.thing", "3kx", "")}}},
+		{"malformed uri", "records[1]", &sluicev1.PutRecordsRequest{Records: []*sluicev1.Record{overwrite, {Uri: "at://did:plc:x/app.bsky.feed.like/\r\nflush_all", Record: []byte(`{"$type":"app.bsky.feed.like"}`)}}}},
+		{"takedown_ref too long", "over the 1024-byte limit", &sluicev1.PutRecordsRequest{Records: []*sluicev1.Record{overwrite, {Uri: recURI(alice, "app.bsky.feed.like", "3kmod"), Cid: "bafy", Record: []byte(`{"$type":"app.bsky.feed.like"}`), TakedownRef: strings.Repeat("m", 2000)}}}},
+	}
+	for _, tc := range cases {
+		_, err := w.PutRecords(ctx, tc.req)
+		st := status.Convert(err)
+		t.Logf("%s: %s %q", tc.name, st.Code(), st.Message())
+		if st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), tc.want) {
+			t.Errorf("%s: got %s %q, want InvalidArgument naming %q", tc.name, st.Code(), st.Message(), tc.want)
+		}
+	}
+	for _, req := range []func() error{
+		func() error {
+			_, err := w.DeleteRecords(ctx, &sluicev1.DeleteRecordsRequest{Uris: []string{kept.Uri, "at://did:plc:x/com.example.thing/3kx"}})
+			return err
+		},
+		func() error {
+			_, err := w.UpdateTakedowns(ctx, &sluicev1.UpdateTakedownsRequest{Takedowns: []*sluicev1.Takedown{{Uri: kept.Uri, TakedownRef: "x"}, {Uri: "not a uri", TakedownRef: "y"}}})
+			return err
+		},
+	} {
+		if err := req(); status.Code(err) != codes.InvalidArgument {
+			t.Errorf("a request holding a bad URI: %v, want InvalidArgument", err)
+		}
+	}
+	got, err := ts.app.Store.Get(ctx, kept.Uri)
+	if err != nil || string(got.JSON) != string(kept.Record) || got.TakedownRef != "" {
+		t.Errorf("the stored record changed under refused requests: %v %s takedown %q", err, got.JSON, got.TakedownRef)
+	}
+	if _, err := ts.app.Store.Get(ctx, many[1].Uri); err == nil {
+		t.Error("a refused batch wrote a new record")
 	}
 }
