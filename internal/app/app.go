@@ -141,7 +141,7 @@ func (a *App) build() error {
 		return err
 	}
 	a.closers = append(a.closers, func() error { return a.Telemetry.Shutdown(context.Background()) })
-	requests, err := a.Telemetry.NewRequests()
+	requests, err := a.Telemetry.NewRequests(a.cfg.SLO)
 	if err != nil {
 		return err
 	}
@@ -196,9 +196,13 @@ func (a *App) tracerProvider() (trace.TracerProvider, error) {
 	return tr.Provider, nil
 }
 
-// observe registers the process, cache, socket and log metrics.
+// observe registers the process, cache, socket, objective and log
+// metrics.
 func (a *App) observe() error {
 	if err := a.Telemetry.ObserveCache(a.Cache.Stats); err != nil {
+		return err
+	}
+	if err := a.Telemetry.ObserveCacheLimit(a.cfg.Cache.MaxConnsPerServer, a.cfg.Cache.Servers); err != nil {
 		return err
 	}
 	if err := a.Telemetry.ObserveSockets(a.cfg.Cache.Servers); err != nil {
@@ -208,6 +212,12 @@ func (a *App) observe() error {
 		return err
 	}
 	if err := a.Telemetry.ObserveAdmission(a.admissionState); err != nil {
+		return err
+	}
+	if err := a.Telemetry.ObserveGoroutineBound(telemetry.GoroutineBound(a.cfg.Guard.MaxInflightRequests, a.cfg.Guard.MaxInflightItems)); err != nil {
+		return err
+	}
+	if err := a.Telemetry.ObserveSLO(a.cfg.SLO); err != nil {
 		return err
 	}
 	if a.cqlStats != nil {

@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -22,6 +21,8 @@ import (
 	"github.com/sluice-dev/sluice/internal/telemetry"
 	"github.com/sluice-dev/sluice/internal/testenv"
 	"golang.org/x/net/html"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // The two callers of the per-client tests: one sends a few huge batches,
@@ -29,6 +30,9 @@ import (
 const (
 	bulkClient, bulkBatch, bulkEvery = "bulk", 900, 500 * time.Millisecond
 	feedClient, feedBatch, feedEvery = "feed", 10, 50 * time.Millisecond
+	// quiet sends only batches over the 1,000-URI limit: it asks for the
+	// most items and is served none, as the outage's caller was.
+	quietClient, quietBatch, quietEvery = "quiet", 2500, 250 * time.Millisecond
 )
 
 // twoClients drives bulk and feed at their fixed rates until stop, and
@@ -74,6 +78,27 @@ func startTwoClients(ts *testServer) *twoClients {
 			}
 		}()
 	}
+	tc.wg.Add(1)
+	go func() {
+		defer tc.wg.Done()
+		tick := time.NewTicker(quietEvery)
+		defer tick.Stop()
+		oversized := ts.uris(0, quietBatch)
+		for {
+			select {
+			case <-tc.stop:
+				return
+			case <-tick.C:
+			}
+			ctx, cancel := context.WithTimeout(ts.ctx(quietClient), 5*time.Second)
+			_, err := ts.client.GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: oversized})
+			cancel()
+			if status.Code(err) != codes.InvalidArgument {
+				tc.failed.Add(1)
+				tc.firstErr.CompareAndSwap(nil, fmt.Sprintf("quiet's %d-URI batch: %v, want InvalidArgument", quietBatch, err))
+			}
+		}
+	}()
 	return tc
 }
 
@@ -98,7 +123,7 @@ func startTwoClientServer(t *testing.T) *testServer {
 	logs := telemetry.NewLogHandler(io.Discard, telemetry.LogConfig{})
 	t.Cleanup(func() { _ = logs.CloseWithTimeout() })
 	ts := startServer(t, 4000, func(c *Config) {
-		c.Telemetry.Clients = []string{bulkClient, feedClient}
+		c.Telemetry.Clients = []string{bulkClient, feedClient, quietClient}
 		// The dashboard's journal panels need the follower, which is
 		// opt-in; this server runs it so every panel is checked.
 		c.Journal.Enabled = true
@@ -119,7 +144,9 @@ func startTwoClientServer(t *testing.T) *testServer {
 // loaded in headless Chromium, shows both with non-zero figures.
 func TestPerClientObservability(t *testing.T) {
 	ts := startTwoClientServer(t)
-	prom := testenv.StartPrometheus(t, strings.TrimPrefix(ts.adminURL, "http://"))
+	// With the shipped rules loaded, the dashboard's panels on recorded
+	// series and on ALERTS have something to show too.
+	prom := testenv.StartPrometheusWithRules(t, shippedRules(t), strings.TrimPrefix(ts.adminURL, "http://"))
 	prom.WaitForSeries(t, `up{job="sluice"} == 1`, 1, 30*time.Second)
 	tc := startTwoClients(ts)
 	defer tc.finish()
@@ -133,6 +160,20 @@ func TestPerClientObservability(t *testing.T) {
 	if n := tc.failed.Load(); n != 0 {
 		t.Errorf("%d requests of the two clients failed (first: %v)", n, tc.firstErr.Load())
 	}
+}
+
+// shippedRules returns the absolute paths of deploy/prometheus's rule
+// files.
+func shippedRules(t *testing.T) []string {
+	var paths []string
+	for _, f := range []string{"prometheus_rules.yaml", "prometheus_alerts.yaml"} {
+		p, err := filepath.Abs(filepath.Join("..", "..", "deploy", "prometheus", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, p)
+	}
+	return paths
 }
 
 // dashboardExprs returns every PromQL expression of the shipped
@@ -170,7 +211,7 @@ func dashboardExprs(t *testing.T, vars map[string]string) map[string][]string {
 }
 
 func checkDashboard(t *testing.T, prom *testenv.Prometheus, tc *twoClients) {
-	exprs := dashboardExprs(t, map[string]string{"$__rate_interval": "10s", "$client": bulkClient + "|" + feedClient})
+	exprs := dashboardExprs(t, map[string]string{"$__rate_interval": "10s", "$client": bulkClient + "|" + feedClient + "|" + quietClient})
 	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
 	defer cancel()
 	query := func(expr string) model.Vector {
@@ -212,18 +253,32 @@ func checkDashboard(t *testing.T, prom *testenv.Prometheus, tc *twoClients) {
 		}
 		return out
 	}
-	items, requests := perClient("Top clients by items/s"), perClient("Top clients by requests/s")
+	items, requests := perClient("Top clients by items served/s"), perClient("Top clients by requests/s")
 	sent := tc.rates()
 	t.Logf("Prometheus items/s %v requests/s %v; sent (requests/s, items/s) %v", items, requests, sent)
 	if items[bulkClient] <= items[feedClient] {
-		t.Errorf("items/s bulk=%.1f feed=%.1f; bulk sent %.1f and feed %.1f items/s, so bulk must lead", items[bulkClient], items[feedClient], sent[bulkClient][1], sent[feedClient][1])
+		t.Errorf("items served/s bulk=%.1f feed=%.1f; bulk sent %.1f and feed %.1f items/s, so bulk must lead", items[bulkClient], items[feedClient], sent[bulkClient][1], sent[feedClient][1])
+	}
+	if items[quietClient] != 0 {
+		t.Errorf("items served/s quiet=%.1f; every batch it sent was refused", items[quietClient])
+	}
+	requested := perClient("Top clients by items requested/s")
+	if requested[quietClient] <= requested[bulkClient] {
+		t.Errorf("items requested/s quiet=%.1f bulk=%.1f; quiet asks for the most", requested[quietClient], requested[bulkClient])
+	}
+	refused := map[string]float64{}
+	for _, s := range query(exprs["Items refused per client and reason"][0]) {
+		refused[string(s.Metric["client"])+"/"+string(s.Metric["reason"])] = float64(s.Value)
+	}
+	if refused[quietClient+"/shape"] <= 0 || refused[feedClient+"/shape"] != 0 || refused[quietClient+"/quota"] != 0 {
+		t.Errorf("items refused/s by client/reason %v; want quiet's by shape only, none of feed's", refused)
 	}
 	if requests[feedClient] <= requests[bulkClient] {
 		t.Errorf("requests/s feed=%.1f bulk=%.1f; feed sent %.1f and bulk %.1f requests/s, so feed must lead", requests[feedClient], requests[bulkClient], sent[feedClient][0], sent[bulkClient][0])
 	}
 	for _, c := range []string{bulkClient, feedClient} {
 		if r := items[c] / sent[c][1]; r < 0.5 || r > 2 {
-			t.Errorf("%s: Prometheus says %.1f items/s, the test sent %.1f; want within a factor of 2", c, items[c], sent[c][1])
+			t.Errorf("%s: Prometheus says %.1f items served/s, the test was answered %.1f; want within a factor of 2", c, items[c], sent[c][1])
 		}
 	}
 }
@@ -234,29 +289,62 @@ func checkClientsPage(t *testing.T, ts *testServer) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	updates, rows := parseClientsDOM(t, dom)
+	updates, order, rows := parseClientsDOM(t, dom)
 	if updates < 1 {
 		t.Errorf("the page's script never refreshed it (data-updates=%d); DOM:\n%s", updates, dom)
 	}
-	t.Logf("per-client table the page showed (script refreshes: %d):\n%s", updates, formatRows(rows))
-	for _, c := range []string{bulkClient, feedClient} {
-		r, ok := rows[c]
-		if !ok {
-			t.Errorf("client %s not on the page", c)
-			continue
+	t.Logf("per-client table the page showed (script refreshes: %d), in its order %v:\n%s", updates, order, formatRows(order, rows))
+	num := func(c, col string) float64 {
+		t.Helper()
+		v, err := strconv.ParseFloat(strings.TrimSuffix(rows[c][col], "%"), 64)
+		if err != nil {
+			t.Errorf("client %s: %s = %q, not a number", c, col, rows[c][col])
 		}
-		for _, col := range []string{"items/s", "requests/s", "mean batch", "requests", "items"} {
-			if v, err := strconv.ParseFloat(r[col], 64); err != nil || v <= 0 {
-				t.Errorf("client %s: %s = %q; want a figure above zero", c, col, r[col])
+		return v
+	}
+	for _, c := range []string{bulkClient, feedClient, quietClient} {
+		if _, ok := rows[c]; !ok {
+			t.Fatalf("client %s not on the page; rows %v", c, order)
+		}
+	}
+	for _, c := range []string{bulkClient, feedClient} {
+		for _, col := range []string{"items served/s", "share of served", "items requested/s", "requests/s", "mean batch", "requests", "items served"} {
+			if num(c, col) <= 0 {
+				t.Errorf("client %s: %s = %q; want a figure above zero", c, col, rows[c][col])
 			}
 		}
 	}
-	if len(rows) >= 2 && rows[bulkClient]["items/s"] != "" {
-		b, _ := strconv.ParseFloat(rows[bulkClient]["items/s"], 64)
-		f, _ := strconv.ParseFloat(rows[feedClient]["items/s"], 64)
-		if b <= f {
-			t.Errorf("page: bulk items/s %.1f not above feed %.1f", b, f)
+	// Every item requested is served or refused (no request of these
+	// clients fails while being worked on), over the same window.
+	for _, c := range []string{bulkClient, feedClient, quietClient} {
+		served, refused, requested := num(c, "items served/s"), num(c, "items refused/s"), num(c, "items requested/s")
+		if d := served + refused - requested; d < -0.2 || d > 0.2 {
+			t.Errorf("client %s: %.1f served + %.1f refused items/s != %.1f requested", c, served, refused, requested)
 		}
+	}
+	if num(quietClient, "items served/s") != 0 || num(quietClient, "share of served") != 0 || num(quietClient, "items refused/s") <= 0 {
+		t.Errorf("quiet (only %d-URI batches, all refused): served %s (share %s), refused %s; want 0, 0%% and above zero",
+			quietBatch, rows[quietClient]["items served/s"], rows[quietClient]["share of served"], rows[quietClient]["items refused/s"])
+	}
+	if got := rows[quietClient]["refused by reason"]; !strings.HasPrefix(got, "shape ") || strings.Contains(got, ",") {
+		t.Errorf("quiet refused by reason %q; want only shape", got)
+	}
+	if num(quietClient, "items requested/s") <= num(bulkClient, "items requested/s") {
+		t.Errorf("quiet requested %s items/s, bulk %s: the test drives quiet to ask for the most", rows[quietClient]["items requested/s"], rows[bulkClient]["items requested/s"])
+	}
+	if num(feedClient, "items refused/s") != 0 || rows[feedClient]["refused by reason"] != "–" {
+		t.Errorf("feed refused %s items/s (%s); want none", rows[feedClient]["items refused/s"], rows[feedClient]["refused by reason"])
+	}
+	if share := num(bulkClient, "share of served") + num(feedClient, "share of served"); share < 99.8 || share > 100.2 {
+		t.Errorf("bulk and feed shares of served items add up to %.1f%%, want 100%%", share)
+	}
+	if b, f := num(bulkClient, "items served/s"), num(feedClient, "items served/s"); b <= f {
+		t.Errorf("page: bulk items served/s %.1f not above feed %.1f", b, f)
+	}
+	// Sorted by items served, the quiet caller that asked for the most
+	// comes last, not first.
+	if len(order) != 3 || order[0] != bulkClient || order[2] != quietClient {
+		t.Errorf("rows in order %v; want by items served: bulk, feed, quiet", order)
 	}
 
 	shot := filepath.Join(testenv.ArtifactDir(t), "clients-page.png")
@@ -270,13 +358,13 @@ func checkClientsPage(t *testing.T, ts *testServer) {
 }
 
 // parseClientsDOM reads the table the page's script rendered (rows with
-// data-client) and the body's data-updates counter.
-func parseClientsDOM(t *testing.T, dom []byte) (int, map[string]map[string]string) {
+// data-client, and their order) and the body's data-updates counter.
+func parseClientsDOM(t *testing.T, dom []byte) (int, []string, map[string]map[string]string) {
 	doc, err := html.Parse(bytes.NewReader(dom))
 	if err != nil {
 		t.Fatalf("parse DOM: %v", err)
 	}
-	var headers []string
+	var headers, order []string
 	rows := map[string]map[string]string{}
 	updates := 0
 	var walk func(*html.Node)
@@ -297,6 +385,7 @@ func parseClientsDOM(t *testing.T, dom []byte) (int, map[string]map[string]strin
 					}
 				}
 				rows[attr(n, "data-client")] = row
+				order = append(order, attr(n, "data-client"))
 			}
 		}
 		for c := n.FirstChild; c != nil; c = c.NextSibling {
@@ -304,7 +393,7 @@ func parseClientsDOM(t *testing.T, dom []byte) (int, map[string]map[string]strin
 		}
 	}
 	walk(doc)
-	return updates, rows
+	return updates, order, rows
 }
 
 func attr(n *html.Node, key string) string {
@@ -331,14 +420,10 @@ func text(n *html.Node) string {
 	return strings.TrimSpace(b.String())
 }
 
-// formatRows prints the page's table as a Markdown table.
-func formatRows(rows map[string]map[string]string) string {
-	cols := []string{"items/s", "requests/s", "mean batch", "p50 ms", "p99 ms", "errors/s", "rejections/s", "cache hits", "requests", "items"}
-	var names []string
-	for name := range rows {
-		names = append(names, name)
-	}
-	sort.Strings(names)
+// formatRows prints the page's table as a Markdown table, rows in order.
+func formatRows(names []string, rows map[string]map[string]string) string {
+	cols := []string{"items served/s", "share of served", "items refused/s", "refused by reason", "items requested/s", "requests/s",
+		"mean batch", "p50 ms", "p99 ms", "errors/s", "rejections/s", "cache hits", "requests", "items served", "items refused"}
 	var b strings.Builder
 	fmt.Fprintf(&b, "| client | %s |\n|---|%s\n", strings.Join(cols, " | "), strings.Repeat("---|", len(cols)))
 	for _, name := range names {

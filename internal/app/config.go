@@ -31,6 +31,7 @@ type fileConfig struct {
 	Admission *budget.Config     `yaml:"admission"`
 	TLS       identity.TLSConfig `yaml:"tls"`
 	Journal   journal.Config     `yaml:"journal"`
+	SLO       telemetry.SLO      `yaml:"slo"`
 }
 
 // cacheFile holds the cache settings a file may change; servers and the
@@ -65,6 +66,9 @@ type Config struct {
 	TLS identity.TLSConfig
 	// Journal tunes the store's invalidation journal and its follower.
 	Journal journal.Config
+	// SLO states the availability and latency objectives the burn-rate
+	// alerts of deploy/prometheus hold sluice to.
+	SLO telemetry.SLO
 
 	// AfterStoreWrite, when set, is called with a write's URIs between
 	// the store write and the cache invalidation: a test hook for a crash
@@ -87,6 +91,7 @@ func DefaultConfig() Config {
 		Cache:        cache.DefaultConfig(),
 		Telemetry:    telemetry.DefaultConfig(),
 		CQL:          cqlstore.DefaultConfig(),
+		SLO:          telemetry.DefaultSLO(),
 	}
 	for name, p := range rpc.DefaultPolicies() {
 		cfg.Guard.Methods[name] = p
@@ -112,6 +117,7 @@ func (c *Config) LoadFile(path string) error {
 	c.Telemetry = c.Telemetry.Merge(f.Telemetry)
 	c.TLS = f.TLS
 	c.Journal = overlayJournal(c.Journal, f.Journal)
+	c.SLO = c.SLO.Merge(f.SLO)
 	return nil
 }
 
@@ -204,6 +210,9 @@ func (c Config) Validate() error {
 	}
 	if need := c.longestEntry() + c.Cache.TombstoneTTL; c.Journal.Enabled && c.Journal.WithDefaults().Retention < need {
 		errs = append(errs, fmt.Errorf("config: journal retention %v must be at least the cache's longest entry lifetime plus its tombstone lifetime (%v): a replay onto a memcached server that was away longer than the retention must still reach every change that can have left a stale entry", c.Journal.WithDefaults().Retention, need))
+	}
+	if err := c.SLO.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if longest := c.longestTimeout(); c.Cache.TombstoneTTL <= longest {
 		errs = append(errs, fmt.Errorf("config: cache tombstone_ttl %v must exceed the longest method timeout %v, or a slow read could refill a stale record", c.Cache.TombstoneTTL, longest))

@@ -34,6 +34,9 @@ func TestExampleConfigLoads(t *testing.T) {
 	if cfg.Guard.QueueTarget != 5*time.Millisecond || cfg.Guard.QueueInterval != 100*time.Millisecond {
 		t.Errorf("queue target %v interval %v", cfg.Guard.QueueTarget, cfg.Guard.QueueInterval)
 	}
+	if cfg.SLO.Availability != 0.999 || cfg.SLO.Latency.Objective != 0.99 || cfg.SLO.Latency.Threshold != 250*time.Millisecond {
+		t.Errorf("slo = %+v", cfg.SLO)
+	}
 }
 
 func TestConfigErrors(t *testing.T) {
@@ -46,6 +49,10 @@ func TestConfigErrors(t *testing.T) {
 		{name: "bad budget", yaml: "admission:\n  clients:\n    bulk: {items_per_second: 0, burst: 1, max_inflight_items: 1}\n", want: `admission: client "bulk": items_per_second must be a positive number`},
 		{name: "queue target over interval", yaml: "guard:\n  queue_target: 1s\n", want: "target 1s must not exceed interval 100ms"},
 		{name: "tombstone too short", yaml: "cache:\n  tombstone_ttl: 1s\n", want: "tombstone_ttl 1s must exceed the longest method timeout 2s"},
+		{name: "availability objective too low", yaml: "slo:\n  availability: 0.9\n", want: "slo: availability must be between 0.95 and 0.99999, got 0.9"},
+		{name: "latency objective of one", yaml: "slo:\n  latency: {objective: 1}\n", want: "slo: latency.objective must be between 0.95 and 0.99999, got 1"},
+		{name: "negative latency threshold", yaml: "slo:\n  latency: {threshold: -5ms}\n", want: "slo: latency.threshold must be positive and at most 1m0s, got -5ms"},
+		{name: "unknown slo key", yaml: "slo:\n  availabilty: 0.99\n", want: "availabilty"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "c.yaml")

@@ -1,7 +1,9 @@
 // Package clientpage serves the admin /clients page: who is calling
 // sluice right now, for when no Grafana is around. One table row per
-// client (items/s, requests/s, batch size, p50/p99 latency, errors,
-// rejections, cache hit ratio; sortable, busiest first) and small live
+// client (items served, its share of all items served, items refused by
+// reason, items requested, requests/s, batch size, p50/p99 latency,
+// errors, rejections, cache hit ratio; sortable, the most items served
+// first) and small live
 // charts of the last minute, refreshed by the page itself from the JSON
 // form of the same handler.
 //
@@ -12,11 +14,14 @@
 package clientpage
 
 import (
+	"cmp"
 	_ "embed"
 	"encoding/json"
 	"fmt"
 	"html/template"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -40,8 +45,9 @@ const MaxWindow = 59
 var pageHTML string
 
 var page = template.Must(template.New("clients").Funcs(template.FuncMap{
-	"f1":  func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) },
-	"pct": percent,
+	"f1":      func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) },
+	"pct":     percent,
+	"reasons": reasons,
 }).Parse(pageHTML))
 
 // Handler serves the page as HTML, or as JSON when the path ends in .json
@@ -86,6 +92,28 @@ func windowParam(r *http.Request) (int, error) {
 		return 0, fmt.Errorf("clients page: window=%q must be a whole number of seconds from 1 to %d", v, MaxWindow)
 	}
 	return n, nil
+}
+
+// reasons lists the reasons items were refused for, largest first, the
+// way the page's script does: "shape 1000.0, quota 20.0", or "–".
+func reasons(byReason map[string]float64) string {
+	names := slices.Collect(maps.Keys(byReason))
+	slices.SortFunc(names, func(a, b string) int {
+		if c := cmp.Compare(byReason[b], byReason[a]); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	var parts []string
+	for _, n := range names {
+		if byReason[n] > 0 {
+			parts = append(parts, n+" "+strconv.FormatFloat(byReason[n], 'f', 1, 64))
+		}
+	}
+	if len(parts) == 0 {
+		return "–"
+	}
+	return strings.Join(parts, ", ")
 }
 
 func percent(ratio float64) string {

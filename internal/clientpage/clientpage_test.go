@@ -19,7 +19,8 @@ func (f *fakeSource) Snapshot(window int) telemetry.ClientsSnapshot {
 	return telemetry.ClientsSnapshot{
 		At: time.Unix(1_700_000_000, 0), WindowSeconds: window, Goroutines: 42, OSThreads: 9,
 		Clients: []telemetry.ClientRow{
-			{Client: "bulk", ItemsPerSec: 1800, RequestsPerSec: 2, MeanBatch: 900, CacheHitRatio: 0.5, Requests: 20, Items: 18000},
+			{Client: "bulk", ItemsPerSec: 1800, RequestsPerSec: 2, MeanBatch: 900, CacheHitRatio: 0.5, Requests: 20, Items: 18000,
+				ServedItemsPerSec: 900, ServedShare: 0.75, RefusedItemsPerSec: 900, RefusedByReason: map[string]float64{"shape": 800, "quota": 100, "overload": 0}},
 			{Client: "<feed>", ItemsPerSec: 200, RequestsPerSec: 20, MeanBatch: 10, CacheHitRatio: -1, Requests: 200, Items: 2000},
 		},
 	}
@@ -39,7 +40,7 @@ func TestHandler(t *testing.T) {
 		wantBody           []string
 	}{
 		{"html", "/clients", "text/html", 200, "text/html; charset=utf-8", DefaultWindow,
-			[]string{`<td class="client">bulk</td><td>1800.0</td>`, `&lt;feed&gt;`, `50.0%`, `fetch("/clients.json"`, `goroutines <b id="goroutines">42</b>`}},
+			[]string{`<td class="client">bulk</td><td>900.0</td><td>75.0%</td><td>900.0</td><td>shape 800.0, quota 100.0</td><td>1800.0</td>`, `<td>–</td>`, `&lt;feed&gt;`, `50.0%`, `fetch("/clients.json"`, `goroutines <b id="goroutines">42</b>`}},
 		{"json by path", "/clients.json", "", 200, "application/json", DefaultWindow, []string{`"client":"bulk"`, `"items_per_sec":1800`}},
 		{"json by accept", "/clients?window=30", "application/json", 200, "application/json", 30, []string{`"window_seconds":30`}},
 		{"bad window", "/clients?window=600", "", 400, "text/plain; charset=utf-8", 0, []string{`from 1 to 59`}},

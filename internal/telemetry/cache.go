@@ -59,3 +59,19 @@ func (t *Telemetry) ObserveCache(stats func() []cache.ServerStats) error {
 	}, insts...)
 	return err
 }
+
+// ObserveCacheLimit exports sluice_memcached_connections_max{server}: the
+// cap on connections (in use + idle) per memcached server
+// (--memcached-max-conns), which the connections in use are alerted
+// against.
+func (t *Telemetry) ObserveCacheLimit(maxConns int, servers []string) error {
+	_, err := t.meter.Int64ObservableGauge("sluice.memcached.connections.max",
+		metric.WithDescription("The cap on connections (in use + idle) to each memcached server (--memcached-max-conns)."),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			for _, s := range servers {
+				o.Observe(int64(maxConns), metric.WithAttributes(attribute.String("server", s)))
+			}
+			return nil
+		}))
+	return err
+}

@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"cmp"
 	"runtime"
 	"slices"
 	"sync"
@@ -46,13 +47,44 @@ type clientSeries struct {
 	totals secondStats
 }
 
-// secondStats is what happened in one second (or in total).
+// secondStats is what happened in one second (or in total). items are
+// the items requested, refused ones included; fromCache, fromStore and
+// notFound the items served; refused the items refused, by reason.
 type secondStats struct {
 	unix                           int64
 	requests, items, errors        int64
 	rejections                     int64
 	fromCache, fromStore, notFound int64
+	refused                        [6]int64  // by reasonIndex: RejectionReasons, then other
 	latency                        [14]int64 // len(latencyBounds)+1; the last is +Inf
+}
+
+// reasonIndex is a rejection reason's place in secondStats.refused.
+func reasonIndex(reason string) int {
+	for i, r := range RejectionReasons {
+		if r == reason {
+			return i
+		}
+	}
+	return len(RejectionReasons)
+}
+
+// reasonName is the reason at index i of secondStats.refused.
+func reasonName(i int) string {
+	if i < len(RejectionReasons) {
+		return RejectionReasons[i]
+	}
+	return Other
+}
+
+func (s *secondStats) served() int64 { return s.fromCache + s.fromStore + s.notFound }
+
+func (s *secondStats) refusedItems() int64 {
+	var n int64
+	for _, v := range s.refused {
+		n += v
+	}
+	return n
 }
 
 func newClientStats(label func(string) string) *ClientStats {
@@ -103,11 +135,13 @@ func (c *ClientStats) finished(client string, items int, failed bool, elapsed ti
 	})
 }
 
-func (c *ClientStats) rejected(client string, items int) {
+func (c *ClientStats) rejected(client string, items int, reason string) {
+	i := reasonIndex(reason)
 	c.record(client, func(s *secondStats) {
 		s.requests++
 		s.items += int64(items)
 		s.rejections++
+		s.refused[i] += int64(items)
 	})
 }
 
@@ -126,8 +160,13 @@ type ClientsSnapshot struct {
 	// WindowSeconds is the window the rates and quantiles cover: the
 	// last full seconds before At.
 	WindowSeconds int `json:"window_seconds"`
-	// Clients has one row per client seen, busiest (items/s) first.
+	// Clients has one row per client seen, the most items served per
+	// second first.
 	Clients []ClientRow `json:"clients"`
+	// ServedItemsPerSec is what all clients were served together over
+	// the window: the capacity actually used, which each row's
+	// ServedShare divides.
+	ServedItemsPerSec float64 `json:"served_items_per_sec"`
 	// Goroutines and OSThreads are the process's, now.
 	Goroutines int `json:"goroutines"`
 	OSThreads  int `json:"os_threads"`
@@ -136,14 +175,27 @@ type ClientsSnapshot struct {
 	Admission *AdmissionState `json:"admission,omitempty"`
 }
 
-// ClientRow is one client's figures.
+// ClientRow is one client's figures. Items requested are split into
+// items served (answered: from the cache, the store, or not found) and
+// items refused before any work, by reason; the rest belong to requests
+// that failed while being worked on.
 type ClientRow struct {
 	Client string `json:"client"`
-	// Rates over the window, per second.
+	// Rates over the window, per second. ItemsPerSec counts the items
+	// requested, refused ones included.
 	RequestsPerSec   float64 `json:"requests_per_sec"`
 	ItemsPerSec      float64 `json:"items_per_sec"`
 	ErrorsPerSec     float64 `json:"errors_per_sec"`
 	RejectionsPerSec float64 `json:"rejections_per_sec"`
+	// ServedItemsPerSec are the items answered; RefusedItemsPerSec the
+	// items of refused requests, split by reason in RefusedByReason
+	// (every reason of RejectionReasons, at zero when none).
+	ServedItemsPerSec  float64            `json:"served_items_per_sec"`
+	RefusedItemsPerSec float64            `json:"refused_items_per_sec"`
+	RefusedByReason    map[string]float64 `json:"refused_items_per_sec_by_reason"`
+	// ServedShare is this client's part of the items all clients were
+	// served over the window (0 to 1; 0 when nothing was served).
+	ServedShare float64 `json:"served_share"`
 	// MeanBatch is items per request over the window.
 	MeanBatch float64 `json:"mean_batch"`
 	// P50Ms and P99Ms are latency quantiles over the window, in
@@ -154,19 +206,22 @@ type ClientRow struct {
 	// cache over the window; -1 when none were answered.
 	CacheHitRatio float64 `json:"cache_hit_ratio"`
 	// Totals since start.
-	Requests   int64 `json:"requests"`
-	Items      int64 `json:"items"`
-	Errors     int64 `json:"errors"`
-	Rejections int64 `json:"rejections"`
+	Requests     int64 `json:"requests"`
+	Items        int64 `json:"items"`
+	ServedItems  int64 `json:"served_items"`
+	RefusedItems int64 `json:"refused_items"`
+	Errors       int64 `json:"errors"`
+	Rejections   int64 `json:"rejections"`
 	// History is per second over the last minute, oldest first.
 	History ClientHistory `json:"history"`
 }
 
 // ClientHistory is one client's per-second series.
 type ClientHistory struct {
-	Requests []int64   `json:"requests"`
-	Items    []int64   `json:"items"`
-	P99Ms    []float64 `json:"p99_ms"`
+	Requests    []int64   `json:"requests"`
+	Items       []int64   `json:"items"`
+	ServedItems []int64   `json:"served_items"`
+	P99Ms       []float64 `json:"p99_ms"`
 }
 
 // Snapshot returns every client's figures over the last window seconds
@@ -187,16 +242,23 @@ func (c *ClientStats) Snapshot(window int) ClientsSnapshot {
 	}
 	c.mu.RUnlock()
 	for _, name := range names {
-		snap.Clients = append(snap.Clients, c.series(name).row(name, now.Unix(), window))
+		row := c.series(name).row(name, now.Unix(), window)
+		snap.ServedItemsPerSec += row.ServedItemsPerSec
+		snap.Clients = append(snap.Clients, row)
+	}
+	for i := range snap.Clients {
+		if snap.ServedItemsPerSec > 0 {
+			snap.Clients[i].ServedShare = snap.Clients[i].ServedItemsPerSec / snap.ServedItemsPerSec
+		}
 	}
 	slices.SortFunc(snap.Clients, func(a, b ClientRow) int {
-		if a.ItemsPerSec != b.ItemsPerSec {
-			if a.ItemsPerSec > b.ItemsPerSec {
-				return -1
-			}
-			return 1
+		if c := cmp.Compare(b.ServedItemsPerSec, a.ServedItemsPerSec); c != 0 {
+			return c
 		}
-		return int(b.Items - a.Items)
+		if c := cmp.Compare(b.ServedItems, a.ServedItems); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Client, b.Client)
 	})
 	return snap
 }
@@ -206,12 +268,14 @@ func (c *ClientStats) Snapshot(window int) ClientsSnapshot {
 func (s *clientSeries) row(name string, now int64, window int) ClientRow {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := ClientRow{Client: name, Requests: s.totals.requests, Items: s.totals.items, Errors: s.totals.errors, Rejections: s.totals.rejections}
+	r := ClientRow{Client: name, Requests: s.totals.requests, Items: s.totals.items, Errors: s.totals.errors, Rejections: s.totals.rejections,
+		ServedItems: s.totals.served(), RefusedItems: s.totals.refusedItems()}
 	var sum secondStats
 	for ago := int64(historySeconds - 1); ago >= 1; ago-- {
 		sec := s.at(now - ago)
 		r.History.Requests = append(r.History.Requests, sec.requests)
 		r.History.Items = append(r.History.Items, sec.items)
+		r.History.ServedItems = append(r.History.ServedItems, sec.served())
 		r.History.P99Ms = append(r.History.P99Ms, quantile(sec.latency[:], 0.99)*1000)
 		if ago <= int64(window) {
 			sum.add(sec)
@@ -220,12 +284,19 @@ func (s *clientSeries) row(name string, now int64, window int) ClientRow {
 	w := float64(window)
 	r.RequestsPerSec, r.ItemsPerSec = float64(sum.requests)/w, float64(sum.items)/w
 	r.ErrorsPerSec, r.RejectionsPerSec = float64(sum.errors)/w, float64(sum.rejections)/w
+	r.ServedItemsPerSec, r.RefusedItemsPerSec = float64(sum.served())/w, float64(sum.refusedItems())/w
+	r.RefusedByReason = map[string]float64{}
+	for i, n := range sum.refused {
+		if n > 0 || i < len(RejectionReasons) {
+			r.RefusedByReason[reasonName(i)] = float64(n) / w
+		}
+	}
 	if sum.requests > 0 {
 		r.MeanBatch = float64(sum.items) / float64(sum.requests)
 	}
 	r.P50Ms, r.P99Ms = quantile(sum.latency[:], 0.5)*1000, quantile(sum.latency[:], 0.99)*1000
 	r.CacheHitRatio = -1
-	if answered := sum.fromCache + sum.fromStore + sum.notFound; answered > 0 {
+	if answered := sum.served(); answered > 0 {
 		r.CacheHitRatio = float64(sum.fromCache) / float64(answered)
 	}
 	return r
@@ -248,6 +319,9 @@ func (s *secondStats) add(o secondStats) {
 	s.fromCache += o.fromCache
 	s.fromStore += o.fromStore
 	s.notFound += o.notFound
+	for i, n := range o.refused {
+		s.refused[i] += n
+	}
 	for i, n := range o.latency {
 		s.latency[i] += n
 	}

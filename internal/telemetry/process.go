@@ -34,6 +34,27 @@ func (t *Telemetry) ObserveProcess() error {
 	return err
 }
 
+// ObserveGoroutineBound exports sluice_process_goroutine_bound: the most
+// goroutines the config's caps allow (see GoroutineBound), which
+// go_goroutines is alerted against.
+func (t *Telemetry) ObserveGoroutineBound(bound int64) error {
+	_, err := t.meter.Int64ObservableGauge("sluice.process.goroutine_bound",
+		metric.WithDescription("The most goroutines the config's caps allow: 2 per in-flight request, 1 per in-flight item, 200 for the runtime and servers."),
+		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
+			o.Observe(bound)
+			return nil
+		}))
+	return err
+}
+
+// GoroutineBound is the goroutine count the process-wide caps imply:
+// every admitted request runs a handler plus gRPC's stream goroutine,
+// fan-out tasks never exceed the in-flight items, and a fixed 200 cover
+// the runtime, gRPC's and the admin server's own goroutines.
+func GoroutineBound(maxInflightRequests, maxInflightItems int64) int64 {
+	return 2*maxInflightRequests + maxInflightItems + 200
+}
+
 // OSThreads returns the number of OS threads of this process, as the
 // kernel counts them in /proc/self/status.
 func OSThreads() (int, error) {

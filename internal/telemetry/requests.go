@@ -42,13 +42,16 @@ var rejectionCodes = map[string]codes.Code{
 // and builds none. The pairs are bounded: client labels by the configured
 // client list (Telemetry.ClientLabel), methods by the registered services.
 type Requests struct {
-	t          *Telemetry
-	series     sync.Map // seriesKey → *series
-	requests   metric.Int64Counter
-	duration   metric.Float64Histogram
-	batchSize  metric.Int64Histogram
-	rejections metric.Int64Counter
-	items      metric.Int64Counter
+	t             *Telemetry
+	slowAfter     time.Duration // the latency objective's threshold
+	series        sync.Map      // seriesKey → *series
+	requests      metric.Int64Counter
+	slow          metric.Int64Counter
+	duration      metric.Float64Histogram
+	batchSize     metric.Int64Histogram
+	rejections    metric.Int64Counter
+	rejectedItems metric.Int64Counter
+	items         metric.Int64Counter
 }
 
 // seriesKey names one (client label, method) pair.
@@ -69,13 +72,18 @@ const codeCount = 17
 
 var sourceNames = [...]string{"cache", "store", "not_found", "invalid"}
 
-// NewRequests creates the request instruments.
-func (t *Telemetry) NewRequests() (*Requests, error) {
+// NewRequests creates the request instruments; successful requests
+// slower than slo.Latency.Threshold are also counted as slow.
+func (t *Telemetry) NewRequests(slo SLO) (*Requests, error) {
 	m := t.meter
-	r := &Requests{t: t}
+	r := &Requests{t: t, slowAfter: slo.Latency.Threshold}
 	var err error
 	if r.requests, err = m.Int64Counter("sluice.requests",
 		metric.WithDescription("Requests finished, by client, method and gRPC code.")); err != nil {
+		return nil, err
+	}
+	if r.slow, err = m.Int64Counter("sluice.requests.slow",
+		metric.WithDescription("Successful requests slower than the latency objective's threshold (slo.latency.threshold), by client and method.")); err != nil {
 		return nil, err
 	}
 	if r.duration, err = m.Float64Histogram("sluice.request.duration", metric.WithUnit("s"),
@@ -90,6 +98,10 @@ func (t *Telemetry) NewRequests() (*Requests, error) {
 	}
 	if r.rejections, err = m.Int64Counter("sluice.rejections",
 		metric.WithDescription("Requests refused before work started, by client, method and reason (shape, quota, overload, deadline, identity).")); err != nil {
+		return nil, err
+	}
+	if r.rejectedItems, err = m.Int64Counter("sluice.rejected.items",
+		metric.WithDescription("Items (URIs) of the requests refused before work started, by client, method and reason.")); err != nil {
 		return nil, err
 	}
 	if r.items, err = m.Int64Counter("sluice.items",
@@ -114,7 +126,9 @@ func (r *Requests) seriesOf(ctx context.Context, client, fullMethod string) *ser
 	if !loaded {
 		for _, reason := range RejectionReasons {
 			r.rejections.Add(ctx, 0, se.reasons[reason])
+			r.rejectedItems.Add(ctx, 0, se.reasons[reason])
 		}
+		r.slow.Add(ctx, 0, se.base)
 	}
 	return v.(*series)
 }
@@ -160,8 +174,9 @@ func (r *Requests) Rejected(ctx context.Context, req guard.Request, reason strin
 	}
 	r.batchSize.Record(ctx, int64(req.Items), se.base)
 	r.rejections.Add(ctx, 1, se.reasons[reason])
+	r.rejectedItems.Add(ctx, int64(req.Items), se.reasons[reason])
 	r.requests.Add(ctx, 1, se.code(code))
-	r.t.stats.rejected(req.Client, req.Items)
+	r.t.stats.rejected(req.Client, req.Items, reason)
 }
 
 // Finished implements guard.Observer.
@@ -170,6 +185,9 @@ func (r *Requests) Finished(ctx context.Context, req guard.Request, code codes.C
 	r.batchSize.Record(ctx, int64(req.Items), se.base)
 	r.duration.Record(ctx, elapsed.Seconds(), se.base)
 	r.requests.Add(ctx, 1, se.code(code))
+	if code == codes.OK && r.slowAfter > 0 && elapsed > r.slowAfter {
+		r.slow.Add(ctx, 1, se.base)
+	}
 	r.t.stats.finished(req.Client, req.Items, code != codes.OK, elapsed)
 }
 

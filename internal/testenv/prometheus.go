@@ -26,6 +26,13 @@ func PrometheusBinary(t testing.TB) string {
 	return binary(t, "PROMETHEUS_BIN", "prometheus", "/usr/bin/prometheus")
 }
 
+// PromtoolBinary returns the promtool executable: $PROMTOOL_BIN, then
+// PATH, then /usr/bin/promtool (shipped in Debian's prometheus package).
+func PromtoolBinary(t testing.TB) string {
+	t.Helper()
+	return binary(t, "PROMTOOL_BIN", "promtool", "/usr/bin/promtool")
+}
+
 // Prometheus is a private Prometheus server owned by one test: its own
 // config, its own TSDB in a temporary directory, a free loopback port.
 type Prometheus struct {
@@ -40,22 +47,34 @@ type Prometheus struct {
 // the test ends. Its log goes to the test log if the test fails.
 func StartPrometheus(t testing.TB, targets ...string) *Prometheus {
 	t.Helper()
+	return StartPrometheusWithRules(t, nil, targets...)
+}
+
+// StartPrometheusWithRules is StartPrometheus loading the rule files
+// given (absolute paths), evaluated every second.
+func StartPrometheusWithRules(t testing.TB, ruleFiles []string, targets ...string) *Prometheus {
+	t.Helper()
 	bin := PrometheusBinary(t)
 	dir := t.TempDir()
 	quoted := make([]string, len(targets))
 	for i, target := range targets {
 		quoted[i] = strconv.Quote(target)
 	}
+	rules := make([]string, len(ruleFiles))
+	for i, f := range ruleFiles {
+		rules[i] = strconv.Quote(f)
+	}
 	cfg := fmt.Sprintf(`global:
   scrape_interval: 1s
   evaluation_interval: 1s
+rule_files: [%s]
 scrape_configs:
   - job_name: sluice
     scrape_interval: 1s
     scrape_timeout: 1s
     static_configs:
       - targets: [%s]
-`, strings.Join(quoted, ", "))
+`, strings.Join(rules, ", "), strings.Join(quoted, ", "))
 	cfgPath := filepath.Join(dir, "prometheus.yml")
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatalf("prometheus config: %v", err)
