@@ -111,7 +111,8 @@ var (
 
 // Tests that every metric the pages name is on a real sluice's /metrics.
 // The server runs on the CQL store against the test Cassandra, so the CQL
-// store's metrics are there too; it serves a read, a miss, a refused
+// store's metrics are there too, with the journal follower on, so the
+// journal's are; it serves a read, a miss, a refused
 // batch and a write, then loses its memcached so that cache errors are
 // logged and rate-limited, because some series appear only once their
 // event has happened. Recorded series (level:metric:operation) must be
@@ -135,6 +136,9 @@ func TestMetricsNamedInDocsAreExported(t *testing.T) {
 	srv := apptest.Start(t, apptest.Options{Posts: 20, Configure: func(c *app.Config) {
 		c.CQL = cql
 		c.Telemetry.Clients = []string{"docs"}
+		// The journal's metrics exist only while its follower runs,
+		// which is opt-in.
+		c.Journal.Enabled = true
 	}})
 	ctx := srv.Ctx("docs")
 	if _, err := srv.Client.GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: append(srv.URIRange(0, 5), srv.Missing[0])}); err != nil {

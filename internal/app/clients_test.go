@@ -18,6 +18,7 @@ import (
 
 	"github.com/prometheus/common/model"
 	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
+	"github.com/sluice-dev/sluice/internal/clientpage"
 	"github.com/sluice-dev/sluice/internal/telemetry"
 	"github.com/sluice-dev/sluice/internal/testenv"
 	"golang.org/x/net/html"
@@ -66,7 +67,7 @@ func startTwoClients(ts *testServer) *twoClients {
 				case <-tick.C:
 				}
 				from := (i * c.batch) % (len(ts.posts) - c.batch)
-				ctx, cancel := context.WithTimeout(ts.ctx(c.name), 5*time.Second)
+				ctx, cancel := context.WithTimeout(ts.ctx(c.name), 30*time.Second)
 				_, err := ts.client.GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: ts.uris(from, from+c.batch)})
 				cancel()
 				if err != nil {
@@ -90,7 +91,7 @@ func startTwoClients(ts *testServer) *twoClients {
 				return
 			case <-tick.C:
 			}
-			ctx, cancel := context.WithTimeout(ts.ctx(quietClient), 5*time.Second)
+			ctx, cancel := context.WithTimeout(ts.ctx(quietClient), 30*time.Second)
 			_, err := ts.client.GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: oversized})
 			cancel()
 			if status.Code(err) != codes.InvalidArgument {
@@ -122,12 +123,15 @@ func (tc *twoClients) rates() map[string][2]float64 {
 func startTwoClientServer(t *testing.T) *testServer {
 	logs := telemetry.NewLogHandler(io.Discard, telemetry.LogConfig{})
 	t.Cleanup(func() { _ = logs.CloseWithTimeout() })
-	ts := startServer(t, 4000, func(c *Config) {
+	// The test asserts what the metrics and the page show, not speed: a
+	// patient deadline keeps a batch on a busy machine from failing for
+	// want of time.
+	ts := startServer(t, 4000, withPatientBatches(30*time.Second, func(c *Config) {
 		c.Telemetry.Clients = []string{bulkClient, feedClient, quietClient}
 		// The dashboard's journal panels need the follower, which is
 		// opt-in; this server runs it so every panel is checked.
 		c.Journal.Enabled = true
-	}, withLogger(slog.New(logs)))
+	}), withLogger(slog.New(logs)))
 	tooMany := append(ts.uris(0, 1000), ts.uris(0, 1)...)
 	for _, name := range []string{bulkClient, feedClient} {
 		if _, err := ts.client.GetPostRecords(ts.ctx(name), &sluicev1.GetPostRecordsRequest{Uris: tooMany}); err == nil {
@@ -239,7 +243,18 @@ func checkDashboard(t *testing.T, prom *testenv.Prometheus, tc *twoClients) {
 			// CQL nodes row have nothing to show here (the cluster suite,
 			// make test-cluster, reads the same metrics from a CQL-backed
 			// sluice). Their queries must still be valid PromQL.
-			if len(vec) == 0 && !strings.Contains(expr, "sluice_cql_") {
+			if strings.Contains(expr, "sluice_cql_") {
+				continue
+			}
+			// A scrape that timed out on a busy machine marks every
+			// series stale until the next one: an instant selector then
+			// returns nothing for a second or so. Ask again for a while;
+			// a metric that is not exported never answers.
+			for retry := time.Now(); len(vec) == 0 && time.Since(retry) < 15*time.Second; {
+				time.Sleep(500 * time.Millisecond)
+				vec = query(expr)
+			}
+			if len(vec) == 0 {
 				t.Errorf("panel %q: %s returned no series", title, expr)
 			}
 		}
@@ -315,11 +330,18 @@ func checkClientsPage(t *testing.T, ts *testServer) {
 		}
 	}
 	// Every item requested is served or refused (no request of these
-	// clients fails while being worked on), over the same window.
+	// clients fails while being worked on), over the same window. A
+	// refusal counts its items requested and refused at once, so quiet's
+	// figures agree exactly; a served request counts its items served
+	// when it answers and requested when it finishes, which on a busy
+	// machine can fall either side of a second at the window's edges, so
+	// bulk's and feed's (one request in flight each) may differ by one
+	// batch over the window.
+	straddle := map[string]float64{bulkClient: bulkBatch, feedClient: feedBatch, quietClient: 0}
 	for _, c := range []string{bulkClient, feedClient, quietClient} {
 		served, refused, requested := num(c, "items served/s"), num(c, "items refused/s"), num(c, "items requested/s")
-		if d := served + refused - requested; d < -0.2 || d > 0.2 {
-			t.Errorf("client %s: %.1f served + %.1f refused items/s != %.1f requested", c, served, refused, requested)
+		if d, room := served+refused-requested, straddle[c]/clientpage.DefaultWindow+0.2; d < -room || d > room {
+			t.Errorf("client %s: %.1f served + %.1f refused items/s != %.1f requested (more than %.1f apart)", c, served, refused, requested, room)
 		}
 	}
 	if num(quietClient, "items served/s") != 0 || num(quietClient, "share of served") != 0 || num(quietClient, "items refused/s") <= 0 {
