@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"strings"
 	"testing"
+	"time"
 
 	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
+	"github.com/sluice-dev/sluice/internal/guard"
+	"github.com/sluice-dev/sluice/internal/guard/budget"
 	"github.com/sluice-dev/sluice/internal/posts"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -241,3 +245,54 @@ func hasFieldViolation(st *status.Status, field string) bool {
 	}
 	return false
 }
+
+// Tests oversize: split end to end: the trusted indexer's 20,000-URI
+// batch (100 posts, each asked for 200 times) is answered whole and in
+// request order from the store and cache, while the same batch from a
+// caller without a name is refused as before, with zero cache and store
+// calls.
+func TestTrustedBatchSplit(t *testing.T) {
+	ts := startServer(t, 100, func(c *Config) {
+		c.Guard.Admission.Clients["indexer"] = budget.Budget{ItemsPerSecond: 1e6, Burst: 10_000, MaxInflightItems: 10_000}
+		p := c.Guard.Methods[getManyMethod]
+		// A patient timeout: the test asserts the answer, not its speed.
+		p.Oversize = map[string]guard.Oversize{"indexer": {Mode: guard.OversizeSplit, MaxSplitItems: 25_000, Timeout: time.Minute}}
+		c.Guard.Methods[getManyMethod] = p
+	})
+	uris := make([]string, 20_000)
+	for i := range uris {
+		uris[i] = ts.posts[(i*7)%len(ts.posts)].URI
+	}
+	big := grpc.MaxCallRecvMsgSize(64 << 20)
+	began := time.Now()
+	resp, err := ts.client.GetPostRecords(ts.ctx("indexer"), &sluicev1.GetPostRecordsRequest{Uris: uris}, big)
+	t.Logf("20,000 URIs in pieces of 1,000: %v", time.Since(began))
+	if err != nil {
+		t.Fatalf("indexer's 20,000 URIs: %v", err)
+	}
+	if len(resp.Records) != len(uris) {
+		t.Fatalf("%d records for %d uris", len(resp.Records), len(uris))
+	}
+	for i, rec := range resp.Records {
+		if rec.GetUri() != uris[i] {
+			t.Fatalf("record %d is %s, want %s: not in request order", i, rec.GetUri(), uris[i])
+		}
+		checkRecord(t, ts, uris[i], rec)
+	}
+
+	before := ts.app.Cache.Stats()[0]
+	reads := ts.metrics().Sum("sluice_store_reads_total", nil)
+	_, err = ts.client.GetPostRecords(ts.ctx(""), &sluicev1.GetPostRecordsRequest{Uris: uris}, big)
+	if st := status.Convert(err); st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "limit of 1000") {
+		t.Fatalf("unnamed caller's 20,000 URIs: %v, want InvalidArgument naming the limit of 1000", err)
+	}
+	s := ts.app.Cache.Stats()[0]
+	if s.Dials != before.Dials || s.Hits+s.Misses+s.Errors+s.Skipped != before.Hits+before.Misses+before.Errors+before.Skipped {
+		t.Errorf("cache saw calls for the refused batch: %+v, before it %+v", s, before)
+	}
+	if n := ts.metrics().Sum("sluice_store_reads_total", nil); n != reads {
+		t.Errorf("store reads = %v after the refused batch, %v before", n, reads)
+	}
+}
+
+const getManyMethod = "sluice.v1.PostRecords/GetPostRecords"

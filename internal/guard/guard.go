@@ -182,7 +182,11 @@ func (s *Server) Register(desc *grpc.ServiceDesc, impl any) error {
 		if md == nil {
 			return fmt.Errorf("guard: method %s is not in the registered proto descriptor", name)
 		}
-		registered["/"+name] = &method{policy: p, items: findItemField(md.Input())}
+		m := &method{policy: p, items: findItemField(md.Input())}
+		if err := checkSplittable(name, p, m.items, md.Output()); err != nil {
+			return err
+		}
+		registered["/"+name] = m
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("guard: refusing to serve %s: no policy for %s; add it under methods: in the config", desc.ServiceName, strings.Join(missing, ", "))
@@ -190,18 +194,19 @@ func (s *Server) Register(desc *grpc.ServiceDesc, impl any) error {
 	for full, m := range registered {
 		s.methods[full] = m
 	}
-	s.grpc.RegisterService(countingFirst(desc, registered), impl)
+	s.grpc.RegisterService(s.countingFirst(desc, registered), impl)
 	s.services = append(s.services, desc.ServiceName)
 	return nil
 }
 
 // countingFirst returns a copy of desc whose batch methods count their
 // items before decoding a request (see countFirst).
-func countingFirst(desc *grpc.ServiceDesc, methods map[string]*method) *grpc.ServiceDesc {
+func (s *Server) countingFirst(desc *grpc.ServiceDesc, methods map[string]*method) *grpc.ServiceDesc {
 	out := *desc
 	out.Methods = slices.Clone(desc.Methods)
 	for i, md := range out.Methods {
-		out.Methods[i].Handler = methods["/"+desc.ServiceName+"/"+md.MethodName].countFirst(md.Handler)
+		m := methods["/"+desc.ServiceName+"/"+md.MethodName]
+		out.Methods[i].Handler = m.countFirst(md.Handler, s.limitOf(m))
 	}
 	return &out
 }

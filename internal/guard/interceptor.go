@@ -68,16 +68,21 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 	ctx = identity.WithClient(ctx, client)
 	r := Request{Client: client, Method: info.FullMethod, Items: 1}
 
+	shape := m.policy
+	split, splits := s.splitFor(m, client)
+	if splits {
+		shape.MaxItems = split.MaxSplitItems
+	}
 	if n, ok := counted(ctx); ok {
 		r.Items = n
 		s.observer.Rejected(ctx, r, ReasonShape)
-		return nil, tooManyItems(shortName(info.FullMethod), m.items, n, m.policy)
+		return nil, tooManyItems(shortName(info.FullMethod), m.items, n, shape)
 	}
 	var items []string
 	if m.items != nil {
 		items = m.items.items(req.(proto.Message))
 		r.Items = len(items)
-		if err := checkShape(shortName(info.FullMethod), m.items, items, m.policy); err != nil {
+		if err := checkShape(shortName(info.FullMethod), m.items, items, shape); err != nil {
 			s.observer.Rejected(ctx, r, ReasonShape)
 			return nil, err
 		}
@@ -87,6 +92,12 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 	if err != nil {
 		s.observer.Rejected(ctx, r, ReasonShape)
 		return nil, err
+	}
+	if len(items) > m.policy.MaxItems {
+		// Only a client whose batches split gets here (checkShape).
+		resp, err := s.serveSplit(ctx, info.FullMethod, client, m, split, req.(proto.Message), len(items), handler)
+		s.observer.Finished(ctx, r, status.Code(err), time.Since(start))
+		return resp, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, m.policy.Timeout)
 	defer cancel()

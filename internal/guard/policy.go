@@ -27,6 +27,10 @@ type Policy struct {
 	Concurrency int `yaml:"concurrency"`
 	// Timeout bounds the whole request; a shorter client deadline wins.
 	Timeout time.Duration `yaml:"timeout"`
+	// Oversize says, by client name, what happens to that client's
+	// batches over MaxItems: refused (every caller's default) or split
+	// into pieces of MaxItems (see split.go).
+	Oversize map[string]Oversize `yaml:"oversize,omitempty"`
 }
 
 // Validate reports the first field that is not usable.
@@ -136,6 +140,7 @@ func (c Config) Validate() error {
 		if err := p.Validate(); err != nil {
 			errs = append(errs, fmt.Errorf("guard: method %s: %w", name, err))
 		}
+		errs = append(errs, c.validateOversize(name, p)...)
 		if int64(p.MaxItems) > c.MaxInflightItems {
 			errs = append(errs, fmt.Errorf("guard: method %s: max_items %d exceeds max_inflight_items %d, so a full batch could never be admitted", name, p.MaxItems, c.MaxInflightItems))
 		}
@@ -189,6 +194,9 @@ func overlayPolicy(base, o Policy) Policy {
 	base.MaxURILength = cmp.Or(o.MaxURILength, base.MaxURILength)
 	base.Concurrency = cmp.Or(o.Concurrency, base.Concurrency)
 	base.Timeout = cmp.Or(o.Timeout, base.Timeout)
+	if o.Oversize != nil {
+		base.Oversize = o.Oversize
+	}
 	return base
 }
 

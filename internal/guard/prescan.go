@@ -80,9 +80,10 @@ func counted(ctx context.Context) (int, bool) {
 }
 
 // countFirst wraps a method's handler so its request's items are counted
-// before it is decoded. Methods whose item field is not a list (one URI
-// per request) or that have none are left as they are.
-func (m *method) countFirst(h grpc.MethodHandler) grpc.MethodHandler {
+// before it is decoded; limit says how many the caller may send. Methods
+// whose item field is not a list (one URI per request) or that have none
+// are left as they are.
+func (m *method) countFirst(h grpc.MethodHandler, limit func(context.Context) int) grpc.MethodHandler {
 	if m.items == nil || !m.items.field.IsList() {
 		return h
 	}
@@ -92,7 +93,7 @@ func (m *method) countFirst(h grpc.MethodHandler) grpc.MethodHandler {
 			return nil, err
 		}
 		defer raw.free()
-		if n := m.items.count(raw.bytes()); n > m.policy.MaxItems {
+		if n := m.items.count(raw.bytes()); n > limit(ctx) {
 			return h(srv, withCounted(ctx, n), func(any) error { return nil }, interceptor)
 		}
 		// The bytes go back to the pool once decoded, not when the
@@ -101,6 +102,22 @@ func (m *method) countFirst(h grpc.MethodHandler) grpc.MethodHandler {
 			defer raw.free()
 			return decode(raw.bytes(), v)
 		}, interceptor)
+	}
+}
+
+// limitOf returns how many items the caller of m may send: max_items,
+// or more for a client m's policy lets split (naming the caller only
+// then, so that other methods do not pay for it twice).
+func (s *Server) limitOf(m *method) func(context.Context) int {
+	if len(m.policy.Oversize) == 0 {
+		return func(context.Context) int { return m.policy.MaxItems }
+	}
+	return func(ctx context.Context) int {
+		client, err := s.identify(ctx)
+		if err != nil {
+			return m.policy.MaxItems
+		}
+		return s.maxItemsFor(m, client)
 	}
 }
 

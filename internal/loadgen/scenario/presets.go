@@ -42,7 +42,27 @@ var presets = map[string]func() Scenario{
 		}
 		return Scenario{Name: "fair-share", Duration: PresetDuration, Clients: clients}
 	},
+	// split: steady plus one trusted caller, "indexer", sending
+	// 20,000-URI batches at 2 requests/s (40,000 items/s, about half of
+	// what a 2-core machine serves from cache) with a 10s deadline. The
+	// server must let indexer split (oversize: split under the method's
+	// policy, as config/bench.yaml does); any other server refuses every
+	// such batch with InvalidArgument.
+	"split": func() Scenario {
+		clients := append(normalClients(), Client{
+			Name: SplitCaller, Rate: 2, Timeout: 10 * time.Second,
+			Batch: Batch{Dist: Fixed, Size: SplitBatch},
+		})
+		return Scenario{Name: "split", Duration: PresetDuration, Clients: clients}
+	},
 }
+
+// SplitCaller and SplitBatch are the split preset's trusted caller and
+// its batch size.
+const (
+	SplitCaller = "indexer"
+	SplitBatch  = 20_000
+)
 
 // HeavyCallers is how many heavy callers the fair-share preset runs.
 const HeavyCallers = 8

@@ -216,7 +216,18 @@ func TestPresets(t *testing.T) {
 	if bulk.Name != "bulk" || bulk.Rate != 3 || bulk.Batch.Min != 15_000 || bulk.Batch.Max != 20_000 {
 		t.Errorf("bulk client %+v", bulk)
 	}
-	if _, err := Preset("outage", file); err == nil || !strings.Contains(err.Error(), "incident, steady") {
+	split, err := Preset("split", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	split.Normalize()
+	if err := split.Validate(); err != nil {
+		t.Fatalf("split: %v", err)
+	}
+	if trusted := split.Clients[len(split.Clients)-1]; len(split.Clients) != len(steady.Clients)+1 || trusted.Name != SplitCaller || trusted.Batch.MaxSize() != 20_000 {
+		t.Errorf("split preset: %d clients, last %+v; want steady plus %s sending 20,000 URIs", len(split.Clients), trusted, SplitCaller)
+	}
+	if _, err := Preset("outage", file); err == nil || !strings.Contains(err.Error(), "incident, split, steady") {
 		t.Errorf("unknown preset: %v", err)
 	}
 }

@@ -1,0 +1,298 @@
+package guard
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/guard/fanout"
+	"github.com/sluice-dev/sluice/internal/identity"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// Oversized batches. A batch over its method's max_items is refused with
+// InvalidArgument (OversizeRefuse), unless the method's policy names the
+// caller with OversizeSplit: then the guard serves it in pieces of at
+// most max_items, each admitted on its own as batch work — the caller's
+// budget charged, its fair-queuing flow, the process-wide item capacity,
+// shed like any other batch — and joins the pieces' answers in request
+// order. Only a client that has a budget of its own in the admission
+// config may split (a caller without a name, or with a name the config
+// does not list, is always refused), and never above its max_split_items.
+//
+// Memory: the request is decoded whole (max_split_items URIs, bounded by
+// max_recv_msg_bytes too). At most splitConcurrency pieces are in the
+// cache and store at once, each holding only its own fetches; a piece's
+// answer is kept until the whole answer is sent, since a unary response
+// is one message, so the answer holds at most max_split_items records.
+
+// Oversize modes.
+const (
+	OversizeRefuse = "refuse"
+	OversizeSplit  = "split"
+)
+
+// MaxSplitCeiling bounds max_split_items, whatever the config says.
+const MaxSplitCeiling = 100_000
+
+// splitConcurrency is how many pieces of one split batch are worked on
+// at once.
+const splitConcurrency = 4
+
+// Oversize is what happens to one client's batches over max_items.
+type Oversize struct {
+	// Mode is OversizeRefuse (the default) or OversizeSplit.
+	Mode string `yaml:"mode"`
+	// MaxSplitItems is the largest batch split; larger ones are refused
+	// as over the limit. Required with split.
+	MaxSplitItems int `yaml:"max_split_items"`
+	// Timeout bounds the whole split batch; 0 means the method's timeout.
+	Timeout time.Duration `yaml:"timeout"`
+}
+
+// validate checks one client's oversize entry of a policy with maxItems.
+func (o Oversize) validate(client string, maxItems int) error {
+	switch {
+	case client == "" || client == identity.Unknown:
+		return fmt.Errorf("oversize: client %q: a caller without a name can never have its batches split", client)
+	case o.Mode == "" || o.Mode == OversizeRefuse:
+		return nil
+	case o.Mode != OversizeSplit:
+		return fmt.Errorf("oversize: client %q: mode must be %s or %s, got %q", client, OversizeRefuse, OversizeSplit, o.Mode)
+	case o.MaxSplitItems <= maxItems || o.MaxSplitItems > MaxSplitCeiling:
+		return fmt.Errorf("oversize: client %q: max_split_items must be above max_items %d and at most %d, got %d", client, maxItems, MaxSplitCeiling, o.MaxSplitItems)
+	case o.Timeout < 0:
+		return fmt.Errorf("oversize: client %q: timeout must not be negative, got %v", client, o.Timeout)
+	}
+	return nil
+}
+
+// splits reports whether o splits batches.
+func (o Oversize) splits() bool { return o.Mode == OversizeSplit }
+
+// validateOversize checks a method's oversize entries against its own
+// policy and the admission config: a client that may split must have a
+// budget of its own.
+func (c Config) validateOversize(name string, p Policy) []error {
+	var errs []error
+	for _, client := range slices.Sorted(maps.Keys(p.Oversize)) {
+		o := p.Oversize[client]
+		if err := o.validate(client, p.MaxItems); err != nil {
+			errs = append(errs, fmt.Errorf("guard: method %s: %w", name, err))
+			continue
+		}
+		if _, listed := c.Admission.Clients[client]; o.splits() && !listed {
+			errs = append(errs, fmt.Errorf("guard: method %s: oversize: client %q may split only with a budget of its own under admission.clients", name, client))
+		}
+	}
+	return errs
+}
+
+// splitFor returns the oversize entry under which client's batches over
+// max_items are split, if any. A client dropped from the admission config
+// while serving is refused again.
+func (s *Server) splitFor(m *method, client string) (Oversize, bool) {
+	o, ok := m.policy.Oversize[client]
+	if !ok || !o.splits() {
+		return Oversize{}, false
+	}
+	if _, listed := s.budgets.Config().Clients[client]; !listed {
+		return Oversize{}, false
+	}
+	return o, true
+}
+
+// maxItemsFor is the largest batch client may send to m.
+func (s *Server) maxItemsFor(m *method, client string) int {
+	if o, ok := s.splitFor(m, client); ok {
+		return o.MaxSplitItems
+	}
+	return m.policy.MaxItems
+}
+
+// checkSplittable refuses, at Register, a split policy on a method whose
+// answer cannot be joined: the request must carry a list of items, and
+// the response must be one list aligned with it.
+func checkSplittable(name string, p Policy, in *itemField, out protoreflect.MessageDescriptor) error {
+	splits := false
+	for _, o := range p.Oversize {
+		splits = splits || o.splits()
+	}
+	if !splits {
+		return nil
+	}
+	if in == nil || !in.field.IsList() {
+		return fmt.Errorf("guard: method %s: oversize split needs a request with a list of items", name)
+	}
+	if f := out.Fields(); f.Len() != 1 || !f.Get(0).IsList() {
+		return fmt.Errorf("guard: method %s: oversize split needs a response that is one list aligned with the request's items (%s is not)", name, out.FullName())
+	}
+	return nil
+}
+
+// serveSplit answers an oversized batch piece by piece (see the top of
+// this file). The first piece that fails fails the whole request.
+func (s *Server) serveSplit(ctx context.Context, fullMethod, client string, m *method, o Oversize, req proto.Message, n int, handler grpc.UnaryHandler) (any, error) {
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(o.Timeout, m.policy.Timeout))
+	defer cancel()
+	size := m.policy.MaxItems
+	parts := make([][]byte, (n+size-1)/size)
+	var like proto.Message
+	var once sync.Once
+	err := fanout.Each(fanout.WithLimit(ctx, splitConcurrency), len(parts), func(ctx context.Context, i int) error {
+		lo, hi := i*size, min(n, (i+1)*size)
+		resp, err := s.servePiece(ctx, fullMethod, client, m, m.items.slice(req, lo, hi), int64(hi-lo), handler)
+		if err != nil {
+			return err
+		}
+		once.Do(func() { like = resp })
+		parts[i], err = pieceWire(shortName(fullMethod), resp, i, hi-lo)
+		return err
+	})
+	if err != nil {
+		return nil, deadlineToStatus(ctx, err)
+	}
+	return joinWire(like, parts), nil
+}
+
+// servePiece admits and serves one piece as batch work. A piece refused
+// by the caller's budget for now (rate or in-flight items, not a burst
+// it can never fit) waits the advised delay and tries again while the
+// deadline leaves time.
+func (s *Server) servePiece(ctx context.Context, fullMethod, client string, m *method, req proto.Message, cost int64, handler grpc.UnaryHandler) (proto.Message, error) {
+	for {
+		release, reason, err := s.admit(ctx, fullMethod, client, cost, true)
+		if err != nil {
+			wait, retry := retryDelay(err)
+			deadline, _ := ctx.Deadline()
+			if reason == ReasonDeadline {
+				// The batch's own timeout left no time for this piece:
+				// that is the server out of capacity, not the caller's
+				// deadline.
+				return nil, overloaded(shortName(fullMethod), fmt.Sprintf("a piece of %d items could not start within the split batch's timeout", cost), s.cfg.QueueInterval)
+			}
+			if reason != ReasonQuota || !retry || time.Until(deadline) < wait+s.service.expect(fullMethod, cost) {
+				return nil, err
+			}
+			if err := sleep(ctx, wait); err != nil {
+				return nil, status.Errorf(codes.DeadlineExceeded, "%s: the deadline passed while waiting for budget", shortName(fullMethod))
+			}
+			continue
+		}
+		began := time.Now()
+		resp, err := handler(fanout.WithLimit(ctx, m.policy.Concurrency), req)
+		release()
+		if err != nil {
+			return nil, err
+		}
+		took := time.Since(began)
+		s.service.observe(fullMethod, cost, took)
+		s.observeCapacity(cost, took)
+		return resp.(proto.Message), nil
+	}
+}
+
+// retryDelay reads the RetryInfo of a refusal.
+func retryDelay(err error) (time.Duration, bool) {
+	for _, d := range status.Convert(err).Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			return ri.GetRetryDelay().AsDuration(), true
+		}
+	}
+	return 0, false
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// slice returns a copy of req whose item list holds only items [lo, hi);
+// its other fields are shared with req.
+func (f *itemField) slice(req proto.Message, lo, hi int) proto.Message {
+	src := req.ProtoReflect()
+	dst := src.New()
+	src.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		if fd != f.field {
+			dst.Set(fd, v)
+		}
+		return true
+	})
+	from, to := src.Get(f.field).List(), dst.Mutable(f.field).List()
+	for i := lo; i < hi; i++ {
+		to.Append(from.Get(i))
+	}
+	return dst.Interface()
+}
+
+// errMisaligned reports a piece whose answer does not hold one element
+// per item asked.
+var errMisaligned = errors.New("guard: a piece's answer is not aligned with its items")
+
+// pieceWire is a piece's answer in wire form, checked to hold one list
+// element per item. The response is one repeated field (checkSplittable),
+// so the wire forms of the pieces' answers, concatenated in order, are
+// the wire form of the whole answer. Encoding each piece as it finishes
+// lets its decoded records go at once (and keeps answers that handlers
+// build from cached wire bytes as they are).
+func pieceWire(name string, resp proto.Message, i, want int) ([]byte, error) {
+	b, err := proto.Marshal(resp)
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "%s: piece %d: %v", name, i, err)
+	}
+	field := resp.ProtoReflect().Descriptor().Fields().Get(0).Number()
+	if got := countField(b, field); got != want {
+		return nil, status.Errorf(codes.Internal, "%s: %v: piece %d answered %d of %d", name, errMisaligned, i, got, want)
+	}
+	return b, nil
+}
+
+// countField counts the occurrences of field num in the wire bytes b.
+func countField(b []byte, num protowire.Number) int {
+	n := 0
+	for len(b) > 0 {
+		got, _, length := protowire.ConsumeField(b)
+		if length < 0 {
+			return -1
+		}
+		if got == num {
+			n++
+		}
+		b = b[length:]
+	}
+	return n
+}
+
+// joinWire builds the whole answer, a message of type like, from the
+// pieces' wire forms, dropping each piece once copied.
+func joinWire(like proto.Message, parts [][]byte) proto.Message {
+	size := 0
+	for _, p := range parts {
+		size += len(p)
+	}
+	buf := make([]byte, 0, size)
+	for i, p := range parts {
+		buf = append(buf, p...)
+		parts[i] = nil
+	}
+	out := like.ProtoReflect().New()
+	out.SetUnknown(buf)
+	return out.Interface()
+}
