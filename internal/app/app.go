@@ -26,6 +26,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/identity"
 	"github.com/sluice-dev/sluice/internal/journal"
+	"github.com/sluice-dev/sluice/internal/opthread"
 	"github.com/sluice-dev/sluice/internal/posts"
 	"github.com/sluice-dev/sluice/internal/records"
 	"github.com/sluice-dev/sluice/internal/rpc"
@@ -247,11 +248,17 @@ func (a *App) registerBsky(st store.Store, requests *telemetry.Requests) error {
 			services[c] = posts.New(c, a.Cache, st, posts.DefaultWriteLimits(), posts.WithLogger(a.log))
 		}
 	}
-	svc := bskyrpc.New(func(collection string) *posts.Service { return services[collection] }, requests)
+	threads := posts.New(opthread.Collection, a.Cache, st, posts.WriteLimits{MaxRecordBytes: records.MaxIndexBytes}, posts.WithLogger(a.log))
+	svc := bskyrpc.New(func(collection string) *posts.Service {
+		if collection == opthread.Collection {
+			return threads
+		}
+		return services[collection]
+	}, requests)
 	if err := a.Guard.Register(&bsky.Service_ServiceDesc, svc); err != nil {
 		return err
 	}
-	w, err := records.New(services)
+	w, err := records.New(services, threads)
 	if err != nil {
 		return err
 	}

@@ -251,3 +251,54 @@ func TestRecordsBadInput(t *testing.T) {
 		t.Error("a refused batch wrote a new record")
 	}
 }
+
+// Tests op_threads through bsky.Service: OP replies written through
+// PutRecords (in separate batches, a reply by another author between
+// them) resolve to the root's canonical OP thread for any post of the
+// thread when include_op_thread_metadata is set, and to none when it is
+// not; deleting the last OP reply shortens the thread on the next read.
+func TestRecordsOpThreads(t *testing.T) {
+	ts := startServer(t, 1, nil)
+	w := sluicev1.NewRecordsClient(ts.conn)
+	r := bsky.NewServiceClient(ts.conn)
+	ctx := ts.appviewCtx()
+	post := func(did, rkey, body string) *sluicev1.Record {
+		return writeRec(did, "app.bsky.feed.post", rkey, `,"text":"t"`+body)
+	}
+	root := recURI(alice, "app.bsky.feed.post", "3kroot0000000")
+	reply := func(did, rkey, parent string) *sluicev1.Record {
+		return post(did, rkey, `,"reply":{"root":`+ref(root)+`,"parent":`+ref(parent)+`}`)
+	}
+	first := reply(alice, "3kreply100000", root)
+	other := reply(bob, "3kreply200000", root)
+	second := reply(alice, "3kreply300000", first.Uri)
+	for _, batch := range [][]*sluicev1.Record{{post(alice, "3kroot0000000", ""), first}, {other}, {second}} {
+		if _, err := w.PutRecords(ctx, &sluicev1.PutRecordsRequest{Records: batch}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func(uri string, include bool) []*bsky.OpThread {
+		t.Helper()
+		resp, err := r.GetPostRecords(ctx, &bsky.GetPostRecordsRequest{Uris: []string{uri}, IncludeOpThreadMetadata: include})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.GetOpThreads()
+	}
+	want := fmt.Sprint([]string{root, first.Uri, second.Uri})
+	for _, uri := range []string{root, other.Uri, second.Uri} {
+		got := read(uri, true)
+		if len(got) != 1 || got[0].GetRootUri() != root || fmt.Sprint(got[0].GetUris()) != want {
+			t.Errorf("op_threads for %s = %v, want root %s with %s", uri, got, root, want)
+		}
+	}
+	if got := read(root, false); len(got) != 0 {
+		t.Errorf("op_threads without include_op_thread_metadata = %v, want none", got)
+	}
+	if _, err := w.DeleteRecords(ctx, &sluicev1.DeleteRecordsRequest{Uris: []string{second.Uri}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(root, true); len(got) != 1 || fmt.Sprint(got[0].GetUris()) != fmt.Sprint([]string{root, first.Uri}) {
+		t.Errorf("op_threads after deleting the last OP reply = %v, want [%s %s]", got, root, first.Uri)
+	}
+}

@@ -28,6 +28,7 @@ import (
 	"github.com/sluice-dev/sluice/api/bsky"
 	"github.com/sluice-dev/sluice/internal/aturi"
 	"github.com/sluice-dev/sluice/internal/guard"
+	"github.com/sluice-dev/sluice/internal/opthread"
 	"github.com/sluice-dev/sluice/internal/posts"
 	"github.com/sluice-dev/sluice/internal/rpc"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -94,6 +95,7 @@ func DefaultPolicies() map[string]guard.Policy {
 type Service struct {
 	bsky.UnimplementedServiceServer
 	readers  map[string]*posts.Service // by collection
+	threads  *posts.Service            // the OP-thread indexes
 	recorder rpc.ItemRecorder
 }
 
@@ -108,6 +110,7 @@ func New(readerFor func(collection string) *posts.Service, rec rpc.ItemRecorder)
 	for _, c := range Collections() {
 		s.readers[c] = readerFor(c)
 	}
+	s.threads = readerFor(opthread.Collection)
 	return s
 }
 

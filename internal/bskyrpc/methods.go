@@ -4,6 +4,10 @@ import (
 	"context"
 
 	"github.com/sluice-dev/sluice/api/bsky"
+	"github.com/sluice-dev/sluice/internal/aturi"
+	"github.com/sluice-dev/sluice/internal/opthread"
+	"github.com/sluice-dev/sluice/internal/posts"
+	"github.com/sluice-dev/sluice/internal/rpc"
 )
 
 // The served methods, one line of translation each over records.
@@ -24,7 +28,49 @@ func (s *Service) GetPostRecords(ctx context.Context, req *bsky.GetPostRecordsRe
 		meta[i].HasThreadGate, meta[i].HasPostGate = g.HasThreadGate, g.HasPostGate
 		meta[i].ViolatesThreadGate, meta[i].ViolatesEmbeddingRules = g.ViolatesThreadGate, g.ViolatesEmbeddingRules
 	}
-	return &bsky.GetPostRecordsResponse{Records: recs, Meta: meta}, nil
+	resp := &bsky.GetPostRecordsResponse{Records: recs, Meta: meta}
+	if req.GetIncludeOpThreadMetadata() {
+		if resp.OpThreads, err = s.opThreads(ctx, found); err != nil {
+			return nil, rpc.Status("GetPostRecords", err)
+		}
+	}
+	return resp, nil
+}
+
+// opThreads resolves the OP thread of the thread of every found post (its
+// reply root, or itself), from the threads' OP-reply indexes.
+func (s *Service) opThreads(ctx context.Context, found []posts.Result) ([]*bsky.OpThread, error) {
+	var roots, indexes []string
+	seen := map[string]bool{}
+	for _, r := range found {
+		if !r.Found {
+			continue
+		}
+		root := opthread.RootOf(r.Record.URI, r.Record.JSON)
+		u, err := aturi.ParseIn(root, aturi.PostCollection)
+		if err != nil || seen[root] {
+			continue
+		}
+		seen[root] = true
+		roots, indexes = append(roots, root), append(indexes, opthread.IndexOf(u))
+	}
+	if s.threads == nil || len(indexes) == 0 {
+		return nil, nil
+	}
+	results, _, err := s.threads.Get(ctx, indexes)
+	if err != nil {
+		return nil, err
+	}
+	var out []*bsky.OpThread
+	for i, r := range results {
+		if !r.Found {
+			continue
+		}
+		if chain := opthread.Resolve(roots[i], opthread.Decode(r.Record.JSON).Replies); chain != nil {
+			out = append(out, &bsky.OpThread{RootUri: roots[i], Uris: chain})
+		}
+	}
+	return out, nil
 }
 
 // GetBlockRecords answers app.bsky.graph.block records.

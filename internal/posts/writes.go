@@ -22,26 +22,60 @@ func (s *Service) Check(i int, r *store.Record) error { return s.checkRecord(i, 
 // whether a record existed. It is a read-modify-write: a concurrent Put of
 // the same record can win over it, and then its change is lost.
 func (s *Service) Update(ctx context.Context, uri string, change func(*store.Record) bool) (bool, error) {
+	return s.modify(ctx, uri, false, func(r *store.Record, _ bool) bool { return change(r) })
+}
+
+// Upsert is Update for a record that may not exist yet: change gets a
+// zero Record with only the URI set, and existed false, when none is
+// stored. The changed record must pass the write rules (Put's). The same
+// read-modify-write caveat holds: of two concurrent upserts of one URI,
+// one change can be lost.
+func (s *Service) Upsert(ctx context.Context, uri string, change func(r *store.Record, existed bool) bool) error {
+	_, err := s.modify(ctx, uri, true, change)
+	return err
+}
+
+// Stored reads the record under uri from the store (not the cache).
+func (s *Service) Stored(ctx context.Context, uri string) (store.Record, bool, error) {
 	if err := s.validate([]string{uri}); err != nil {
-		return false, err
+		return store.Record{}, false, err
 	}
 	rec, err := s.store.Get(ctx, uri)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		return false, nil
+		return store.Record{}, false, nil
+	case err != nil:
+		return store.Record{}, false, fmt.Errorf("posts: read %s: %w", uri, err)
+	}
+	return rec, true, nil
+}
+
+func (s *Service) modify(ctx context.Context, uri string, create bool, change func(*store.Record, bool) bool) (bool, error) {
+	rec, existed, err := s.Stored(ctx, uri)
+	switch {
 	case err != nil:
 		s.logWriteError(ctx, "update", 1, err)
-		return false, fmt.Errorf("posts: read %s to update it: %w", uri, err)
+		return false, err
+	case !existed && !create:
+		return false, nil
+	case !existed:
+		rec = store.Record{URI: uri}
 	}
-	if !change(&rec) {
-		return true, nil
+	if !change(&rec, existed) {
+		return existed, nil
+	}
+	if !existed {
+		if err := s.checkRecord(0, &rec); err != nil {
+			return false, err
+		}
+		rec.IndexedAt = time.Now().UTC()
 	}
 	if err := s.store.Put(ctx, []store.Record{rec}); err != nil {
 		s.logWriteError(ctx, "update", 1, err)
 		return false, fmt.Errorf("posts: update %s: %w", uri, err)
 	}
 	s.invalidate(ctx, []string{uri})
-	return true, nil
+	return existed, nil
 }
 
 // Put validates every record, writes them all to the store, then

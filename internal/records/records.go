@@ -8,7 +8,10 @@
 //   - a reply violates_thread_gate when its root's thread-gate disallows
 //     the replier (see CanReply for the rules decided);
 //   - a quote violates_embedding_rules when the quoted post's post-gate
-//     disables embedding and the quoter is not its author.
+//     disables embedding and the quoter is not its author;
+//   - a post that replies in a thread its author started is added to the
+//     thread's OP-reply index (package opthread), and marked deleted there
+//     when it is deleted, so GetPostRecords can answer op_threads.
 //
 // Each collection's writes go through its posts.Service (validation,
 // store write, then cache invalidation), so the next read from any
@@ -21,9 +24,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"github.com/sluice-dev/sluice/internal/aturi"
 	"github.com/sluice-dev/sluice/internal/guard/fanout"
+	"github.com/sluice-dev/sluice/internal/opthread"
 	"github.com/sluice-dev/sluice/internal/posts"
 	"github.com/sluice-dev/sluice/internal/store"
 )
@@ -38,17 +43,23 @@ const (
 // Writer writes records of the collections it has a posts.Service for.
 type Writer struct {
 	services map[string]*posts.Service
+	threads  *posts.Service // the OP-thread indexes (package opthread)
 }
 
-// New returns a writer over services, keyed by collection. It must hold
-// the post, thread-gate and post-gate collections.
-func New(services map[string]*posts.Service) (*Writer, error) {
+// New returns a writer over services, keyed by collection, keeping the
+// OP-thread indexes of posts through threads. services must hold the
+// post, thread-gate and post-gate collections, and threads serve
+// opthread.Collection.
+func New(services map[string]*posts.Service, threads *posts.Service) (*Writer, error) {
 	for _, c := range []string{PostCollection, ThreadgateCollection, PostgateCollection} {
 		if services[c] == nil {
 			return nil, fmt.Errorf("records: no service for %s", c)
 		}
 	}
-	return &Writer{services: services}, nil
+	if threads == nil || threads.Collection() != opthread.Collection {
+		return nil, fmt.Errorf("records: no service for the OP-thread indexes (%s)", opthread.Collection)
+	}
+	return &Writer{services: services, threads: threads}, nil
 }
 
 // Takedown sets (TakedownRef non-empty) or lifts one record's takedown.
@@ -113,6 +124,9 @@ func (w *Writer) Put(ctx context.Context, recs []store.Record) (int, error) {
 			return written, fmt.Errorf("records[%d]: update the gate state of %s: %w", i, post, err)
 		}
 	}
+	if err := w.indexOPReplies(ctx, parsed, recs); err != nil {
+		return written, err
+	}
 	return written, nil
 }
 
@@ -133,6 +147,10 @@ func (w *Writer) Delete(ctx context.Context, uris []string) (int, error) {
 		}
 		groups[u.Collection] = append(groups[u.Collection], uri)
 	}
+	opReplies, err := w.storedOPReplies(ctx, parsed)
+	if err != nil {
+		return 0, err
+	}
 	deleted := 0
 	for _, c := range order {
 		n, err := w.services[c].Delete(ctx, groups[c])
@@ -147,6 +165,9 @@ func (w *Writer) Delete(ctx context.Context, uris []string) (int, error) {
 				return deleted, fmt.Errorf("update the gate state of %s: %w", postOf(u), err)
 			}
 		}
+	}
+	if err := w.markOPRepliesDeleted(ctx, opReplies, time.Now()); err != nil {
+		return deleted, err
 	}
 	return deleted, nil
 }

@@ -1,0 +1,93 @@
+package records
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/aturi"
+	"github.com/sluice-dev/sluice/internal/opthread"
+	"github.com/sluice-dev/sluice/internal/store"
+)
+
+// MaxIndexBytes bounds one thread's stored OP-reply index (a few hundred
+// replies); OP replies past it are not indexed, and the thread's OP
+// thread is resolved from those that are.
+const MaxIndexBytes = 64 << 10
+
+// indexOPReplies adds the OP replies among the written posts to the
+// indexes of their threads, one read-modify-write per thread.
+func (w *Writer) indexOPReplies(ctx context.Context, parsed []aturi.URI, recs []store.Record) error {
+	byIndex := map[string][]opthread.Reply{}
+	var order []string
+	for i, u := range parsed {
+		if u.Collection != PostCollection {
+			continue
+		}
+		idx, r, ok := opthread.OPReply(u, recs[i].JSON)
+		if !ok {
+			continue
+		}
+		if _, seen := byIndex[idx]; !seen {
+			order = append(order, idx)
+		}
+		byIndex[idx] = append(byIndex[idx], r)
+	}
+	for _, uri := range order {
+		err := w.threads.Upsert(ctx, uri, func(r *store.Record, _ bool) bool {
+			idx := opthread.Decode(r.JSON)
+			added := false
+			for _, reply := range byIndex[uri] {
+				added = idx.Add(reply) || added
+			}
+			body := idx.Encode()
+			if !added || len(body) > MaxIndexBytes {
+				return false
+			}
+			r.JSON = body
+			return true
+		})
+		if err != nil {
+			return fmt.Errorf("index the OP replies of thread %s: %w", uri, err)
+		}
+	}
+	return nil
+}
+
+// storedOPReplies reads the stored posts among uris that are OP replies,
+// before they are deleted: index URI → reply URIs.
+func (w *Writer) storedOPReplies(ctx context.Context, parsed []aturi.URI) (map[string][]string, error) {
+	out := map[string][]string{}
+	for _, u := range parsed {
+		if u.Collection != PostCollection {
+			continue
+		}
+		rec, found, err := w.services[PostCollection].Stored(ctx, u.String())
+		if err != nil {
+			return nil, err
+		}
+		if idx, r, ok := opthread.OPReply(u, rec.JSON); found && ok {
+			out[idx] = append(out[idx], r.URI)
+		}
+	}
+	return out, nil
+}
+
+// markOPRepliesDeleted marks deleted OP replies in their threads' indexes.
+func (w *Writer) markOPRepliesDeleted(ctx context.Context, byIndex map[string][]string, at time.Time) error {
+	for uri, replies := range byIndex {
+		_, err := w.threads.Update(ctx, uri, func(r *store.Record) bool {
+			idx := opthread.Decode(r.JSON)
+			changed := false
+			for _, reply := range replies {
+				changed = idx.MarkDeleted(reply, at) || changed
+			}
+			r.JSON = idx.Encode()
+			return changed
+		})
+		if err != nil {
+			return fmt.Errorf("mark deleted OP replies in thread %s: %w", uri, err)
+		}
+	}
+	return nil
+}
