@@ -16,16 +16,23 @@ import (
 )
 
 // Figures every memcached scenario asserts. The machine is two shared
-// cores and `make test` runs with the race detector, so latency bounds
-// are ratios against a baseline measured in the same test, with slack.
+// cores (CI keeps the other one busy) and `make test` runs with the race
+// detector, so no figure is an absolute latency: p99 is bounded against a
+// no-cache server loaded in the same seconds, and the breaker's reaction
+// is counted in failed calls, not milliseconds.
 const (
 	poolCap = 16 // --memcached-max-conns in these tests
-	// breakerOpenWithin is "about a second": the breaker must open this
-	// soon after the fault begins.
-	breakerOpenWithin = 1500 * time.Millisecond
+	// breakerOpenWithin is a patient deadline for the breaker to open;
+	// how soon it opens is asserted as a count (openFailuresSlack).
+	breakerOpenWithin = 10 * time.Second
+	// openFailuresSlack bounds the cache errors counted when the breaker
+	// is seen open: BreakerFailures consecutive failures trip it, and the
+	// calls already in flight then (each holds a pool connection or waits
+	// for one, at most a get and a fill per client) may fail too.
+	openFailuresSlack = poolCap + 2*8
 	// p99Factor and p99Slack bound p99 once the breaker is open:
-	// p99 ≤ p99Factor × no-cache p99 + cacheFault.timeouts × cache
-	// timeout + p99Slack.
+	// p99 ≤ p99Factor × no-cache p99 in the same window +
+	// cacheFault.timeouts × cache timeout + p99Slack.
 	p99Factor = 2.0
 	p99Slack  = 150 * time.Millisecond
 	// logKinds bounds the distinct (component, kind) pairs a cache fault
@@ -38,9 +45,10 @@ const (
 	logPerSecond = 2
 	// threadMargin is how many OS threads over idle the process may reach.
 	threadMargin = 12
-	// recoverWithin is how soon after the fault ends the hit ratio must
-	// be back to recoveredHitRatio.
-	recoverWithin     = 5 * time.Second
+	// recoverWithin is a patient deadline for the hit ratio to be back to
+	// recoveredHitRatio once the fault ends (a breaker cool-down and a
+	// refill; seconds on a quiet machine).
+	recoverWithin     = 30 * time.Second
 	recoveredHitRatio = 0.9
 )
 
@@ -114,25 +122,27 @@ func must(t *testing.T, err error) {
 // Tests that memcached refusing connections, black-holing them, answering
 // slower than the cache timeout, or resetting a share of connections,
 // under steady load from named clients: fails no read while the store is
-// healthy; opens the breaker within about a second (all but flapping);
-// keeps p99 within p99Factor × the no-cache p99 + p99Slack once the
-// breaker is open; logs no more lines than the rate limit allows (maxLogLinesFor); stays within
-// threadMargin OS threads of idle; dials at most the pool cap per breaker
-// cool-down; and, when memcached is back, recovers its hit ratio without
-// a restart.
+// healthy; opens the breaker (all but flapping) after at most
+// BreakerFailures + openFailuresSlack failed calls; keeps p99 within
+// p99Factor × the p99 of a no-cache server under the same load in the
+// same seconds, + p99Slack, once the breaker is open; logs no more lines
+// than the rate limit allows (maxLogLinesFor); stays within threadMargin
+// OS threads of idle; dials at most the pool cap per breaker cool-down;
+// and, when memcached is back, recovers its hit ratio without a restart.
 func TestMemcachedFaults(t *testing.T) {
-	base := noCacheBaseline(t)
-	t.Logf("no-cache baseline under %s: %s", defaultLoad, base)
+	base := startNoCacheBaseline(t)
 	for _, f := range cacheFaults {
 		t.Run(f.name, func(t *testing.T) { runCacheFault(t, f, base) })
 	}
 }
 
-// noCacheBaseline measures sluice with no cache at all: its memcached
+// startNoCacheBaseline starts sluice with no cache at all: its memcached
 // address is a loopback port where nothing listens, so its breaker opens
 // during warm-up and every read goes to the embedded store. This is the
-// latency a failed cache should degrade to, and no worse.
-func noCacheBaseline(t *testing.T) summary {
+// latency a failed cache should degrade to, and no worse; each scenario
+// loads it alongside its own server, over the same seconds, so a busy
+// machine slows both alike.
+func startNoCacheBaseline(t *testing.T) *apptest.Server {
 	t.Helper()
 	srv := apptest.Start(t, apptest.Options{
 		Memcached: net.JoinHostPort("127.0.0.1", strconv.Itoa(testenv.FreePort(t))),
@@ -140,21 +150,13 @@ func noCacheBaseline(t *testing.T) summary {
 		Configure: func(c *app.Config) { c.Cache.MaxConnsPerServer = poolCap },
 	})
 	srv.Warm(500)
-	if _, ok := waitBreaker(srv.App.Cache, "open", 5*time.Second); !ok && srv.App.Cache.Stats()[0].BreakerState == "closed" {
+	if _, ok := waitBreaker(srv.App.Cache, "open", breakerOpenWithin); !ok && srv.App.Cache.Stats()[0].BreakerState == "closed" {
 		t.Fatalf("baseline breaker never opened: %+v", srv.App.Cache.Stats()[0])
 	}
-	l := startLoad(srv, defaultLoad)
-	start := time.Now()
-	time.Sleep(phase(2 * time.Second))
-	l.stop()
-	s := l.window(start, time.Now())
-	if s.failed != 0 || s.n == 0 {
-		t.Fatalf("baseline: %s; first error %s", s, s.firstErr)
-	}
-	return s
+	return srv
 }
 
-func runCacheFault(t *testing.T, f cacheFault, base summary) {
+func runCacheFault(t *testing.T, f cacheFault, baseSrv *apptest.Server) {
 	mc := testenv.StartMemcached(t)
 	p := proxyTo(t, mc.Addr())
 	srv := apptest.Start(t, apptest.Options{
@@ -168,6 +170,8 @@ func runCacheFault(t *testing.T, f cacheFault, base summary) {
 
 	l := startLoad(srv, defaultLoad)
 	defer l.stop()
+	baseLoad := startLoad(baseSrv, defaultLoad)
+	defer baseLoad.stop()
 	start := time.Now()
 	time.Sleep(phase(time.Second))
 	healthy := l.window(start, time.Now())
@@ -176,15 +180,17 @@ func runCacheFault(t *testing.T, f cacheFault, base summary) {
 	atFault := srv.App.Cache.Stats()[0]
 	injected := time.Now()
 	f.inject(t, p)
-	openedAt, opened := waitBreaker(srv.App.Cache, "open", 3*time.Second)
+	openedAt, opened := waitBreaker(srv.App.Cache, "open", breakerOpenWithin)
+	atOpen := srv.App.Cache.Stats()[0]
 	if f.opens && !opened {
-		t.Fatalf("breaker did not open within 3s of the fault: %+v", srv.App.Cache.Stats()[0])
+		t.Fatalf("breaker did not open within %v of the fault: %+v", breakerOpenWithin, atOpen)
 	}
 	if !opened {
 		openedAt = injected
 	}
 	peakThreads := sampleThreads(t, phase(3*time.Second))
 	faultEnd := time.Now()
+	baseLoad.stop()
 	atHeal := srv.App.Cache.Stats()[0]
 	logLines := srv.Log.Lines() - logsBefore
 	f.heal(t, p)
@@ -194,22 +200,28 @@ func runCacheFault(t *testing.T, f cacheFault, base summary) {
 
 	all := l.window(start, end)
 	afterOpen := l.window(openedAt, faultEnd)
+	base := baseLoad.window(openedAt, faultEnd)
+	failuresToOpen := atOpen.Errors - atFault.Errors
+	maxFailuresToOpen := int64(srv.Config.Cache.BreakerFailures) + openFailuresSlack
 	faultFor := faultEnd.Sub(injected)
 	dials := atHeal.Dials - atFault.Dials
 	dialBound := int64(poolCap) * (int64(faultFor/coolDown) + 1)
 	bound := time.Duration(p99Factor*float64(base.p99)) + time.Duration(f.timeouts)*srv.Config.Cache.Timeout + p99Slack
-	t.Logf("%s under %s:\n  healthy: %s\n  breaker open %v after the fault (opens=%v)\n  after open: %s (bound %v)\n  whole run: %s\n  log lines during fault %d; OS threads idle %d peak %d; dials during %v of fault %d (bound %d); hit ratio %.2f %v after the fault ended\n  cache at heal %+v",
-		f.name, defaultLoad, healthy, openedAt.Sub(injected).Round(time.Millisecond), opened, afterOpen, bound, all,
+	t.Logf("%s under %s:\n  healthy: %s\n  breaker open %v and %d failed calls after the fault (opens=%v, bound %d)\n  after open: %s (bound %v)\n  no-cache server in the same window: %s\n  whole run: %s\n  log lines during fault %d; OS threads idle %d peak %d; dials during %v of fault %d (bound %d); hit ratio %.2f %v after the fault ended\n  cache at heal %+v",
+		f.name, defaultLoad, healthy, openedAt.Sub(injected).Round(time.Millisecond), failuresToOpen, opened, maxFailuresToOpen, afterOpen, bound, base, all,
 		logLines, idleThreads, peakThreads, faultFor.Round(time.Millisecond), dials, dialBound, ratio, recoveredAfter.Round(time.Millisecond), atHeal)
 
 	if all.failed != 0 {
 		t.Errorf("%d of %d reads failed while the store was healthy; first: %s", all.failed, all.n, all.firstErr)
 	}
-	if f.opens && openedAt.Sub(injected) > breakerOpenWithin {
-		t.Errorf("breaker opened %v after the fault, want ≤ %v", openedAt.Sub(injected), breakerOpenWithin)
+	if base.n == 0 || base.failed != 0 {
+		t.Fatalf("no-cache baseline in the same window: %s; first error %s", base, base.firstErr)
+	}
+	if f.opens && failuresToOpen > maxFailuresToOpen {
+		t.Errorf("breaker opened after %d failed calls, want ≤ %d (%d consecutive failures + %d in flight)", failuresToOpen, maxFailuresToOpen, srv.Config.Cache.BreakerFailures, openFailuresSlack)
 	}
 	if afterOpen.n == 0 || afterOpen.p99 > bound {
-		t.Errorf("p99 after the breaker opened %v over %v requests; bound %v (%.0f× no-cache p99 %v + %d × cache timeout %v + %v)", afterOpen.p99, afterOpen.n, bound, p99Factor, base.p99, f.timeouts, srv.Config.Cache.Timeout, p99Slack)
+		t.Errorf("p99 after the breaker opened %v over %v requests; bound %v (%.0f× no-cache p99 %v in the same window + %d × cache timeout %v + %v)", afterOpen.p99, afterOpen.n, bound, p99Factor, base.p99, f.timeouts, srv.Config.Cache.Timeout, p99Slack)
 	}
 	if maxLogLines := maxLogLinesFor(faultFor); logLines > maxLogLines {
 		t.Errorf("the server logged %d lines during %v of fault, want ≤ %d (%d kinds × (burst %d + %d/s)); last: %q",
@@ -222,7 +234,7 @@ func runCacheFault(t *testing.T, f cacheFault, base summary) {
 		t.Errorf("%d dials in %v of fault: a dial storm (bound: pool cap %d per %v cool-down = %d)", dials, faultFor, poolCap, coolDown, dialBound)
 	}
 	if ratio < recoveredHitRatio {
-		t.Errorf("hit ratio %.2f %v after memcached came back, want ≥ %.2f without a restart", ratio, recoverWithin, recoveredHitRatio)
+		t.Errorf("hit ratio %.2f %v after memcached came back, want ≥ %.2f without a restart", ratio, recoveredAfter, recoveredHitRatio)
 	}
 }
 
