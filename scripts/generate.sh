@@ -40,4 +40,4 @@ echo "generate: api/ rebuilt from $(echo "$PROTOS" | wc -w) proto file(s)"
 scripts/appview-deps.sh
 rm -rf test/appview/gen
 (cd test/appview && node_modules/.bin/buf generate)
-echo "generate: test/appview/gen rebuilt from proto/bsky"
+echo "generate: test/appview/gen rebuilt from proto/bsky and proto/sluice/v1"

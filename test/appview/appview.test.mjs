@@ -13,6 +13,7 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import { CID } from "multiformats/cid";
 import { Service } from "./gen/bsky/bsky_connect.js";
 import { GetLikeRecordsRequest, GetLikeRecordsResponse } from "./gen/bsky/bsky_pb.js";
+import { Records } from "./gen/sluice/v1/sluice_connect.js";
 
 const fixture = JSON.parse(readFileSync(process.env.SLUICE_APPVIEW_FIXTURE, "utf8"));
 const CALLER = "appview";
@@ -30,6 +31,9 @@ const transport = createGrpcTransport({
   interceptors: [callerInterceptor(CALLER)],
 });
 const client = createPromiseClient(Service, transport);
+// The write path of the bsky.Service collections (not the AppView's; the
+// test feeds records and takedowns in through it).
+const records = createPromiseClient(Records, transport);
 
 const decode = (bytes) => JSON.parse(new TextDecoder().decode(bytes));
 
@@ -178,4 +182,71 @@ test("the caller appears as a client in /metrics", async () => {
   assert.ok(refused >= 1, `shape rejections for ${CALLER} = ${refused}`);
   const items = sample(text, "sluice_items_total", { client: CALLER, method: "GetLikeRecords" });
   assert.ok(items >= fixture.likes.length, `items for ${CALLER} GetLikeRecords = ${items}`);
+});
+
+// Records written through sluice.v1.Records, as a test post of did with rkey.
+const ALICE = "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa";
+const BOB = "did:plc:bbbbbbbbbbbbbbbbbbbbbbbb";
+const CAROL = "did:plc:cccccccccccccccccccccccc";
+const at = (did, collection, rkey) => `at://${did}/${collection}/${rkey}`;
+const POST = "app.bsky.feed.post";
+const ref = (uri) => ({ uri, cid: fixture.posts[0].cid });
+function rec(did, collection, rkey, body = {}) {
+  const json = { $type: collection, createdAt: "2026-01-01T00:00:00Z", ...body };
+  return { uri: at(did, collection, rkey), cid: fixture.posts[0].cid, record: new TextEncoder().encode(JSON.stringify(json)) };
+}
+const post = (did, rkey, body = {}) => rec(did, POST, rkey, { text: "t", ...body });
+
+test("takedowns, tags and gate state written through sluice.v1.Records", async () => {
+  const gated = at(BOB, POST, "3kgated000000");
+  const quoted = at(BOB, POST, "3kquoted00000");
+  const taken = { ...post(ALICE, "3ktaken000000"), takedownRef: "mod:1", tags: ["hide", "rank:-1"] };
+  const reply = post(CAROL, "3kreply000000", { reply: { root: ref(gated), parent: ref(gated) } });
+  const quote = post(CAROL, "3kquote000000", { embed: { $type: "app.bsky.embed.record", record: ref(quoted) } });
+  const written = await records.putRecords({
+    records: [
+      taken,
+      rec(BOB, "app.bsky.feed.threadgate", "3kgated000000", { post: gated, allow: [] }),
+      post(BOB, "3kgated000000"),
+      reply,
+      rec(BOB, "app.bsky.feed.postgate", "3kquoted00000", { post: quoted, embeddingRules: [{ $type: "app.bsky.feed.postgate#disableRule" }] }),
+      post(BOB, "3kquoted00000"),
+      quote,
+    ],
+  });
+  assert.equal(written.written, 7);
+  const uris = [taken.uri, gated, reply.uri, quoted, quote.uri];
+  let res = await client.getPostRecords({ uris });
+  assert.equal(res.records[0].takenDown, true);
+  assert.equal(res.records[0].takedownRef, "mod:1");
+  assert.deepEqual(res.records[0].tags, ["hide", "rank:-1"]);
+  const flags = (m) => [m.hasThreadGate, m.violatesThreadGate, m.hasPostGate, m.violatesEmbeddingRules];
+  assert.deepEqual(res.meta.map(flags), [
+    [false, false, false, false],
+    [true, false, false, false],
+    [false, true, false, false],
+    [false, false, true, false],
+    [false, false, false, true],
+  ]);
+  for (const r of res.records.slice(1)) assert.equal(r.takenDown, false);
+
+  const lifted = await records.updateTakedowns({ takedowns: [{ uri: taken.uri, takedownRef: "" }] });
+  assert.equal(lifted.updated, 1);
+  res = await client.getPostRecords({ uris: [taken.uri] });
+  assert.equal(res.records[0].takenDown, false);
+  assert.equal(res.records[0].takedownRef, "");
+  assert.deepEqual(res.records[0].tags, ["hide", "rank:-1"]);
+});
+
+test("op_threads are filled when include_op_thread_metadata is set", async () => {
+  const root = post(ALICE, "3kroot0000000");
+  const first = post(ALICE, "3kop100000000", { reply: { root: ref(root.uri), parent: ref(root.uri) } });
+  const second = post(ALICE, "3kop200000000", { reply: { root: ref(root.uri), parent: ref(first.uri) } });
+  await records.putRecords({ records: [root, first, second] });
+  const asked = await client.getPostRecords({ uris: [second.uri], includeOpThreadMetadata: true });
+  assert.equal(asked.opThreads.length, 1);
+  assert.equal(asked.opThreads[0].rootUri, root.uri);
+  assert.deepEqual(asked.opThreads[0].uris, [root.uri, first.uri, second.uri]);
+  const unasked = await client.getPostRecords({ uris: [second.uri] });
+  assert.equal(unasked.opThreads.length, 0);
 });

@@ -33,9 +33,9 @@ func TestMain(m *testing.M) {
 
 const defaultTestTimeout = 2 * time.Minute
 
-// summary matches the end of the Node test report when all seven tests
+// summary matches the end of the Node test report when all nine tests
 // ran and passed, so a test deleted or skipped in the .mjs file shows.
-var summary = regexp.MustCompile(`(?m)\btests 7\n.*\n.*\bpass 7\n.*\bfail 0\n`)
+var summary = regexp.MustCompile(`(?m)\btests 9\n.*\n.*\bpass 9\n.*\bfail 0\n`)
 
 // fixture is what the Node test reads: where sluice listens and what was
 // seeded.
@@ -82,7 +82,7 @@ func TestAppViewClient(t *testing.T) {
 		t.Fatalf("the AppView client tests failed: %v", err)
 	}
 	if !summary.MatchString(out.String()) {
-		t.Errorf("want 7 passing Node tests and none failing; see the output above")
+		t.Errorf("want 9 passing Node tests and none failing; see the output above")
 	}
 }
 
@@ -183,18 +183,26 @@ func TestGeneratedClientIsFresh(t *testing.T) {
 	if out, err := exec.CommandContext(ctx, buf, "generate", "--output", tmp).CombinedOutput(); err != nil {
 		t.Fatalf("buf generate: %v\n%s", err, out)
 	}
-	fresh, err := filepath.Glob(filepath.Join(tmp, "gen", "bsky", "*"))
-	if err != nil || len(fresh) == 0 {
-		t.Fatalf("buf generate wrote nothing under %s (%v)", tmp, err)
+	for _, dir := range []string{filepath.Join("gen", "bsky"), filepath.Join("gen", "sluice", "v1")} {
+		fresh, err := filepath.Glob(filepath.Join(tmp, dir, "*"))
+		if err != nil || len(fresh) == 0 {
+			t.Fatalf("buf generate wrote nothing under %s (%v)", filepath.Join(tmp, dir), err)
+		}
+		for _, f := range fresh {
+			compareGenerated(t, f, filepath.Join(dir, filepath.Base(f)))
+		}
 	}
-	for _, f := range fresh {
-		want, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		committed := filepath.Join("gen", "bsky", filepath.Base(f))
-		if got, err := os.ReadFile(committed); err != nil || !bytes.Equal(got, want) {
-			t.Errorf("%s is stale or missing (%v); run make generate", committed, err)
-		}
+}
+
+// compareGenerated fails the test when the committed file differs from
+// the freshly generated one.
+func compareGenerated(t *testing.T, fresh, committed string) {
+	t.Helper()
+	want, err := os.ReadFile(fresh)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(committed); err != nil || !bytes.Equal(got, want) {
+		t.Errorf("%s is stale or missing (%v); run make generate", committed, err)
 	}
 }
