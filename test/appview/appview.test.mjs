@@ -11,6 +11,7 @@ import { MethodKind } from "@bufbuild/protobuf";
 import { Code, ConnectError, createPromiseClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { CID } from "multiformats/cid";
+import { jsonToLex, lexicons } from "@atproto/api";
 import { Service } from "./gen/bsky/bsky_connect.js";
 import { GetLikeRecordsRequest, GetLikeRecordsResponse } from "./gen/bsky/bsky_pb.js";
 import { Records } from "./gen/sluice/v1/sluice_connect.js";
@@ -36,6 +37,23 @@ const client = createPromiseClient(Service, transport);
 const records = createPromiseClient(Records, transport);
 
 const decode = (bytes) => JSON.parse(new TextDecoder().decode(bytes));
+
+// assertLexiconValid checks a returned record against its collection's
+// lexicon, as the AppView validates each record it parses (its
+// parseRecord, after lexParseJsonBytes). The record's JSON form is what
+// sluice stores and returns; it is decoded into the lexicon's data model
+// (blob refs, $link, $bytes) first. The synthetic seeded posts and likes
+// are not checked: they are sized for the benchmarks, with texts over the
+// lexicon's 300 graphemes and placeholder strong-ref CIDs, so the AppView
+// would drop them; the records the tests write here are lexicon-valid.
+function assertLexiconValid(collection, bytes, what) {
+  const json = decode(bytes);
+  try {
+    lexicons.assertValidRecord(collection, jsonToLex(json));
+  } catch (err) {
+    assert.fail(`${what} is not a valid ${collection} record: ${err.message}\n${JSON.stringify(json)}`);
+  }
+}
 
 // What the meta of a post must say, computed here from its JSON, apart
 // from sluice's own derivation.
@@ -146,6 +164,7 @@ test("likes and profiles come from their own methods", async () => {
   assert.equal(likes.records.at(-1).record.length, 0, "a post's URI is not a like");
   const profiles = await client.getProfileRecords({ uris: [fixture.profile.uri] });
   assert.equal(decode(profiles.records[0].record).$type, "app.bsky.actor.profile");
+  assertLexiconValid("app.bsky.actor.profile", profiles.records[0].record, "the profile");
 });
 
 test("methods sluice does not serve answer Unimplemented", async () => {
@@ -229,6 +248,7 @@ test("takedowns, tags and gate state written through sluice.v1.Records", async (
     [false, false, false, true],
   ]);
   for (const r of res.records.slice(1)) assert.equal(r.takenDown, false);
+  res.records.forEach((r, i) => assertLexiconValid(POST, r.record, `written post ${uris[i]}`));
 
   const lifted = await records.updateTakedowns({ takedowns: [{ uri: taken.uri, takedownRef: "" }] });
   assert.equal(lifted.updated, 1);

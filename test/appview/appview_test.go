@@ -99,7 +99,7 @@ func nodeBinary(t *testing.T) string {
 // requirePackages checks that npm installed the locked packages.
 func requirePackages(t *testing.T) {
 	t.Helper()
-	for _, pkg := range []string{"@connectrpc/connect", "@connectrpc/connect-node", "@bufbuild/protobuf"} {
+	for _, pkg := range []string{"@connectrpc/connect", "@connectrpc/connect-node", "@bufbuild/protobuf", "@atproto/api"} {
 		if _, err := os.Stat(filepath.Join("node_modules", pkg, "package.json")); err != nil {
 			testenv.Missing(t, "npm package "+pkg, "run scripts/appview-deps.sh (npm ci in test/appview)")
 		}
