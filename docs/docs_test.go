@@ -5,6 +5,7 @@
 package docs_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -109,14 +110,16 @@ var (
 	recorded   = regexp.MustCompile(`\b([a-z_]+:sluice_[a-z0-9_]+:[a-z0-9_]+)\b`)
 )
 
-// Tests that every metric the pages name is on a real sluice's /metrics.
-// The server runs on the CQL store against the test Cassandra, so the CQL
-// store's metrics are there too, with the journal follower on, so the
-// journal's are; it serves a read, a miss, a refused
-// batch and a write, then loses its memcached so that cache errors are
-// logged and rate-limited, because some series appear only once their
-// event has happened. Recorded series (level:metric:operation) must be
-// recorded by deploy/prometheus/prometheus_rules.yaml.
+// Tests that every metric the pages and the Prometheus rules name is on a
+// real sluice's /metrics. The server runs on the CQL store against the
+// test Cassandra, so the CQL store's metrics are there too, with the
+// journal follower on, so the journal's are; it serves a read, a miss, a
+// refused batch and a write, then loses its memcached so that cache
+// errors are logged and rate-limited, because some series appear only
+// once their event has happened. A second server on the embedded store
+// adds what only that store exports (the journal's size). Recorded series
+// (level:metric:operation) must be recorded by
+// deploy/prometheus/prometheus_rules.yaml.
 func TestMetricsNamedInDocsAreExported(t *testing.T) {
 	named := map[string][]string{}
 	records := map[string][]string{}
@@ -130,6 +133,16 @@ func TestMetricsNamedInDocsAreExported(t *testing.T) {
 	}
 	if len(named) < 30 {
 		t.Fatalf("only %d metric names found in the pages: %v", len(named), named)
+	}
+	inRules := 0
+	for path, expr := range ruleExprs(t) {
+		for _, m := range metricName.FindAllStringSubmatch(expr, -1) {
+			named[m[1]] = append(named[m[1]], path)
+			inRules++
+		}
+	}
+	if inRules < 40 {
+		t.Fatalf("only %d metric names found in the rules' expressions", inRules)
 	}
 
 	cql := cqltest.Keyspace(t, "docs_metrics")
@@ -155,6 +168,12 @@ func TestMetricsNamedInDocsAreExported(t *testing.T) {
 		_, _ = srv.Client.GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: srv.URIRange(i, i+1)})
 	}
 	fams := srv.Metrics()
+	embedded := apptest.Start(t, apptest.Options{Posts: 5, Configure: func(c *app.Config) { c.Journal.Enabled = true }})
+	for name, fam := range embedded.Metrics() {
+		if _, ok := fams[name]; !ok {
+			fams[name] = fam
+		}
+	}
 
 	exported := func(name string) bool {
 		for _, n := range []string{name, strings.TrimSuffix(name, "_bucket"), strings.TrimSuffix(name, "_sum"), strings.TrimSuffix(name, "_count")} {
@@ -173,7 +192,7 @@ func TestMetricsNamedInDocsAreExported(t *testing.T) {
 			t.Errorf("%s is named in %v but sluice does not export it", name, slices.Compact(slices.Sorted(slices.Values(where))))
 		}
 	}
-	t.Logf("%d metric names in the pages, all checked against %d exported families", len(named), len(fams))
+	t.Logf("%d metric names in the pages and rules, all checked against %d exported families", len(named), len(fams))
 	for name := range fams {
 		if _, ok := named[name]; !ok && strings.HasPrefix(name, "sluice_") {
 			t.Logf("exported but not named in the docs: %s", name)
@@ -186,6 +205,37 @@ func TestMetricsNamedInDocsAreExported(t *testing.T) {
 			t.Errorf("recorded series %s is named in %v but prometheus_rules.yaml does not record it", name, slices.Compact(slices.Sorted(slices.Values(where))))
 		}
 	}
+}
+
+// ruleExprs returns the expression of every recording and alerting rule
+// of deploy/prometheus, keyed by file and rule name.
+func ruleExprs(t *testing.T) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, f := range []string{"prometheus_rules.yaml", "prometheus_alerts.yaml"} {
+		raw, err := os.ReadFile(filepath.Join("..", "deploy", "prometheus", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rules struct {
+			Groups []struct {
+				Rules []struct {
+					Record string `yaml:"record"`
+					Alert  string `yaml:"alert"`
+					Expr   string `yaml:"expr"`
+				} `yaml:"rules"`
+			} `yaml:"groups"`
+		}
+		if err := yaml.Unmarshal(raw, &rules); err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range rules.Groups {
+			for i, r := range g.Rules {
+				out[fmt.Sprintf("%s %s#%d", f, r.Record+r.Alert, i)] = r.Expr
+			}
+		}
+	}
+	return out
 }
 
 // recordedSeries returns the names deploy/prometheus records.

@@ -227,7 +227,7 @@ func (a *App) observe() error {
 		}
 	}
 	if a.Follower != nil {
-		if err := a.Telemetry.ObserveJournal(a.Follower.Stats, a.journalSize); err != nil {
+		if err := a.Telemetry.ObserveJournal(a.Follower.Stats, a.journalSize, a.cfg.Journal.WithDefaults().MaxLag); err != nil {
 			return err
 		}
 	}

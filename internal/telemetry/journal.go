@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -9,13 +10,19 @@ import (
 	"github.com/sluice-dev/sluice/internal/journal"
 )
 
-// ObserveJournal exports the invalidation journal follower's lag,
-// tombstones, replays and distrusted servers, and the journal's size
-// where the store can count it (size returns false otherwise).
-func (t *Telemetry) ObserveJournal(stats func() journal.Stats, size func() (int64, bool)) error {
+// ObserveJournal exports the invalidation journal follower's lag and
+// the bound it is held to (journal.max_lag, which the lag is alerted
+// against), tombstones, replays and distrusted servers, and the journal's
+// size where the store can count it (size returns false otherwise).
+func (t *Telemetry) ObserveJournal(stats func() journal.Stats, size func() (int64, bool), maxLag time.Duration) error {
 	m := t.meter
 	lag, err := m.Float64ObservableGauge("sluice.journal.lag", metric.WithUnit("s"),
 		metric.WithDescription("How far behind now the journal follower's last successful poll read; other writers' changes reach this replica's memcached view within it."))
+	if err != nil {
+		return err
+	}
+	bound, err := m.Float64ObservableGauge("sluice.journal.max_lag", metric.WithUnit("s"),
+		metric.WithDescription("The bound the follower's lag is held to (journal.max_lag): it polls every quarter of it."))
 	if err != nil {
 		return err
 	}
@@ -53,6 +60,7 @@ func (t *Telemetry) ObserveJournal(stats func() journal.Stats, size func() (int6
 	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		s := stats()
 		o.ObserveFloat64(lag, s.Lag.Seconds())
+		o.ObserveFloat64(bound, maxLag.Seconds())
 		o.ObserveInt64(applied, s.Applied, follow)
 		o.ObserveInt64(applied, s.ReplayedURIs, replay)
 		o.ObserveInt64(own, s.Own)
@@ -65,7 +73,7 @@ func (t *Telemetry) ObserveJournal(stats func() journal.Stats, size func() (int6
 			o.ObserveInt64(entries, n)
 		}
 		return nil
-	}, lag, applied, own, readErrs, replays, suspects, entries)
+	}, lag, bound, applied, own, readErrs, replays, suspects, entries)
 	return err
 }
 
