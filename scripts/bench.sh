@@ -12,8 +12,9 @@
 # SLUICE_BENCH_TPUT (closed-loop length per path, 10s),
 # SLUICE_BENCH_CONCURRENCY (16), SLUICE_BENCH_PEER_LEG (one server, one
 # round of one peer case, 6s), SLUICE_BENCH_PEER_ROUNDS (2),
-# SLUICE_BENCH_ZIPF_S (1.1), SLUICE_BENCH_DIR (.bench).
-# SLUICE_BENCH_PARTS ("cachehit incident coldpath peer") runs only the
+# SLUICE_BENCH_ZIPF_S (1.1), SLUICE_BENCH_FAIR_RUN (each fair-share run,
+# 20s), SLUICE_BENCH_FAIR_ROUNDS (3), SLUICE_BENCH_DIR (.bench).
+# SLUICE_BENCH_PARTS ("cachehit incident fairshare coldpath peer") runs only the
 # parts it names and then writes $OUT/BENCHMARKS.md instead of the doc.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,6 +27,8 @@ CONC=${SLUICE_BENCH_CONCURRENCY:-16}
 PEER_LEG=${SLUICE_BENCH_PEER_LEG:-6s}
 PEER_ROUNDS=${SLUICE_BENCH_PEER_ROUNDS:-2}
 ZIPF_S=${SLUICE_BENCH_ZIPF_S:-1.1}
+FAIR_RUN=${SLUICE_BENCH_FAIR_RUN:-20s}
+FAIR_ROUNDS=${SLUICE_BENCH_FAIR_ROUNDS:-3}
 CAP=64 # sluice's --memcached-max-conns
 DOC=docs/benchmarks.md
 BIN=$OUT/bin
@@ -152,6 +155,50 @@ part_coldpath() {
     --fanout 50 --duration 120s --sluice "$OUT/coldpath.json" --md "$OUT/md/$p.md"
 }
 
+# part_fairshare: in each round, on a fresh sluice and memcached, the
+# cache-hit capacity (closed loop), then the normal clients alone, with
+# eight heavy callers at about 120% of capacity, and with the trusted
+# indexer's split 20,000-URI batches; sluice-bench fairshare reports every
+# figure against the same round's baseline and capacity.
+part_fairshare() {
+  local p=45-fairshare r mc=$((BASE_PORT + 14)) g=$((BASE_PORT + 55)) h=$((BASE_PORT + 83))
+  local heavy=heavy-1,heavy-2,heavy-3,heavy-4,heavy-5,heavy-6,heavy-7,heavy-8
+  local caps=() alone=() withheavy=() split=() loads=()
+  for r in $(seq "$FAIR_ROUNDS"); do
+    loads+=("$(cut -d' ' -f1 /proc/loadavg)")
+    start_memcached $p $mc; local mcpid=$MC_PID
+    start_sluice $p $mc $g $h
+    run_logged $p "$BIN/sluice-bench" capacity --target 127.0.0.1:$g --uris "$URIS" --concurrency "$CONC" --batch 50 \
+      --duration "$TPUT" --json "$OUT/fair-capacity-r$r.json"
+    # The heavy callers together offer 120% of the capacity just measured,
+    # the indexer 50% (the presets' rates assume an idle 2-core machine).
+    local capacity hrate irate
+    capacity=$(grep -o '"items_per_sec":[0-9.e+]*' "$OUT/fair-capacity-r$r.json" | cut -d: -f2)
+    hrate=$(awk -v c="$capacity" 'BEGIN { printf "%.3f", 1.2 * c / (8 * 1000) }')
+    irate=$(awk -v c="$capacity" 'BEGIN { printf "%.3f", 0.5 * c / 20000 }')
+    local name run
+    for run in alone heavy split; do
+      name=fair-$run-r$r
+      local args=(--preset fair-share)
+      case $run in
+        alone) args+=(--without $heavy) ;;
+        heavy) args+=(--rate "heavy-*=$hrate") ;;
+        split) args=(--preset split --rate "indexer=$irate") ;;
+      esac
+      log "fairshare: $name"
+      run_logged $p "$BIN/sluice-load" "${args[@]}" --uris "$URIS" --duration "$FAIR_RUN" \
+        --target 127.0.0.1:$g --metrics http://127.0.0.1:$h/metrics --server-pid "$SRV_PID" --memcached 127.0.0.1:$mc \
+        --json "$OUT/$name.json" --html "$OUT/$name.html" --progress 10s >"$OUT/$name.txt"
+      cat "$OUT/$name.txt" >&2
+    done
+    stop_pid "$SRV_PID"; stop_pid "$mcpid"
+    caps+=("$OUT/fair-capacity-r$r.json"); alone+=("$OUT/fair-alone-r$r.json")
+    withheavy+=("$OUT/fair-heavy-r$r.json"); split+=("$OUT/fair-split-r$r.json")
+  done
+  run_logged $p "$BIN/sluice-bench" fairshare --capacity "$(IFS=,; echo "${caps[*]}")" --alone "$(IFS=,; echo "${alone[*]}")" \
+    --heavy "$(IFS=,; echo "${withheavy[*]}")" --split "$(IFS=,; echo "${split[*]}")" --loadavg "$(IFS=,; echo "${loads[*]}")" --md "$OUT/md/$p.md"
+}
+
 # part_peer: sluice and the bare peer on one warm memcached, the same
 # client alternating between them.
 part_peer() {
@@ -203,7 +250,7 @@ assemble() {
 
 started=$(date +%s)
 LOADAVG_START=$(cut -d' ' -f1-3 /proc/loadavg)
-PARTS=${SLUICE_BENCH_PARTS:-cachehit incident coldpath peer}
+PARTS=${SLUICE_BENCH_PARTS:-cachehit incident fairshare coldpath peer}
 [[ -n ${SLUICE_BENCH_PARTS:-} ]] && DOC=$OUT/BENCHMARKS.md
 part_setup
 for part in $PARTS; do "part_$part"; done

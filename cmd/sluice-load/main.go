@@ -22,6 +22,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -60,6 +61,7 @@ type flags struct {
 	missing                            float64
 	duration                           time.Duration
 	without                            string
+	rates                              string
 	maxOutstanding                     int
 	replay                             string
 	speed                              float64
@@ -88,6 +90,7 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.Float64Var(&f.missing, "missing", -1, "share of URIs replaced by URIs that do not exist (0..1); overrides the scenario's")
 	fs.DurationVar(&f.duration, "duration", 0, "how long every client sends; overrides the scenario's")
 	fs.StringVar(&f.without, "without", "", "comma-separated clients to leave out of the scenario (e.g. bulk)")
+	fs.StringVar(&f.rates, "rate", "", "comma-separated CLIENT=REQUESTS_PER_S overriding those clients' rates; CLIENT may end in * to match a prefix (e.g. 'heavy-*=2.5')")
 	fs.IntVar(&f.maxOutstanding, "max-outstanding", 0, "bound on each client's requests in flight; overrides the scenario's (default 1000)")
 	fs.StringVar(&f.replay, "replay", "", "JSONL trace to send instead of the scenario's schedule")
 	fs.Float64Var(&f.speed, "speed", 1, "replay speed factor (2 sends twice as fast)")
@@ -292,6 +295,11 @@ func buildScenario(f *flags) (scenario.Scenario, error) {
 	if f.uris != "" {
 		s.URIs.File = f.uris
 	}
+	if f.rates != "" {
+		if err := setRates(s.Clients, f.rates); err != nil {
+			return s, err
+		}
+	}
 	for i := range s.Clients {
 		c := &s.Clients[i]
 		if f.duration > 0 {
@@ -311,6 +319,30 @@ func buildScenario(f *flags) (scenario.Scenario, error) {
 		s.URIs.Missing = f.missing
 	}
 	return s, nil
+}
+
+// setRates applies --rate: each CLIENT=R gives the matching clients the
+// constant rate R (replacing any steps). A pattern that matches no
+// client is an error, so a typo is not a silent no-op.
+func setRates(clients []scenario.Client, spec string) error {
+	for _, kv := range strings.Split(spec, ",") {
+		name, val, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		rate, err := strconv.ParseFloat(val, 64)
+		if !ok || err != nil || !(rate > 0) {
+			return fmt.Errorf("--rate %q: want CLIENT=REQUESTS_PER_S with a positive rate", kv)
+		}
+		prefix, wild := strings.CutSuffix(name, "*")
+		matched := false
+		for i := range clients {
+			if c := &clients[i]; c.Name == name || (wild && strings.HasPrefix(c.Name, prefix)) {
+				c.Rate, c.Steps, matched = rate, nil, true
+			}
+		}
+		if !matched {
+			return fmt.Errorf("--rate %q: no client of the scenario is named %s", kv, name)
+		}
+	}
+	return nil
 }
 
 func without(clients []scenario.Client, names []string) []scenario.Client {

@@ -16,6 +16,7 @@ const (
 	ewmaWeight  = 0.2  // weight of the newest sample
 	minSamples  = 8    // samples a class needs before it is trusted
 	slackFactor = 0.75 // refuse only below this share of the estimate
+	startFactor = 2.0  // start only with this multiple of the estimate left
 )
 
 type estimates struct {
@@ -67,4 +68,13 @@ func (e *estimates) expect(method string, cost int64) time.Duration {
 		return 0
 	}
 	return time.Duration(c.mean * slackFactor * float64(time.Second))
+}
+
+// startMargin returns how much of its deadline a request of cost items
+// should have left when it starts: startFactor times the estimate, so
+// that one admitted on a busy machine still finishes before its deadline
+// rather than ending DeadlineExceeded after holding capacity; 0 when
+// there is not enough history.
+func (e *estimates) startMargin(method string, cost int64) time.Duration {
+	return time.Duration(float64(e.expect(method, cost)) / slackFactor * startFactor)
 }

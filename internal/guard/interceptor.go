@@ -144,7 +144,7 @@ func (s *Server) admit(ctx context.Context, fullMethod, client string, cost int6
 		return nil, ReasonOverload, overloaded(name, fmt.Sprintf("all %d request slots stayed busy", s.cfg.MaxInflightRequests), s.cfg.QueueInterval)
 	}
 	waitUntil, _ := ctx.Deadline()
-	startBy := deadline.Add(-expected)
+	startBy := deadline.Add(-s.service.startMargin(fullMethod, cost))
 	if waitUntil.Before(startBy) {
 		startBy = waitUntil
 	}

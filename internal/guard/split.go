@@ -31,6 +31,9 @@ import (
 // config may split (a caller without a name, or with a name the config
 // does not list, is always refused), and never above its max_split_items.
 //
+// A piece refused for now is retried after the advised delay while the
+// batch's timeout allows (servePiece).
+//
 // Memory: the request is decoded whole (max_split_items URIs, bounded by
 // max_recv_msg_bytes too). At most splitConcurrency pieces are in the
 // cache and store at once, each holding only its own fetches; a piece's
@@ -167,9 +170,11 @@ func (s *Server) serveSplit(ctx context.Context, fullMethod, client string, m *m
 }
 
 // servePiece admits and serves one piece as batch work. A piece refused
-// by the caller's budget for now (rate or in-flight items, not a burst
-// it can never fit) waits the advised delay and tries again while the
-// deadline leaves time.
+// for now — by the caller's budget (rate or in-flight items, not a burst
+// it can never fit) or shed because interactive work was waiting (batch
+// work is shed first) — waits the advised delay and tries again while
+// the batch's deadline leaves time: the batch yields to interactive work
+// and goes on when there is room, instead of failing whole for one piece.
 func (s *Server) servePiece(ctx context.Context, fullMethod, client string, m *method, req proto.Message, cost int64, handler grpc.UnaryHandler) (proto.Message, error) {
 	for {
 		release, reason, err := s.admit(ctx, fullMethod, client, cost, true)
@@ -182,7 +187,7 @@ func (s *Server) servePiece(ctx context.Context, fullMethod, client string, m *m
 				// deadline.
 				return nil, overloaded(shortName(fullMethod), fmt.Sprintf("a piece of %d items could not start within the split batch's timeout", cost), s.cfg.QueueInterval)
 			}
-			if reason != ReasonQuota || !retry || time.Until(deadline) < wait+s.service.expect(fullMethod, cost) {
+			if (reason != ReasonQuota && reason != ReasonOverload) || !retry || time.Until(deadline) < wait+s.service.expect(fullMethod, cost) {
 				return nil, err
 			}
 			if err := sleep(ctx, wait); err != nil {

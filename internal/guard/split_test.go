@@ -163,3 +163,50 @@ func TestSplitConfigRefused(t *testing.T) {
 		})
 	}
 }
+
+// Tests that a split batch yields to interactive work instead of failing
+// whole: while one interactive batch holds all the item capacity and
+// another waits for it, the indexer's pieces (batch work) are shed on
+// arrival; they retry after the advised delay and the indexer still gets
+// its whole answer once the interactive work is done.
+func TestSplitPiecesRetryWhenShed(t *testing.T) {
+	cfg := splitConfig(budget.Budget{ItemsPerSecond: 1e6, Burst: 5_000, MaxInflightItems: 5_000})
+	cfg.MaxInflightItems, cfg.MinInflightItems = 1000, 1000
+	cfg.QueueTarget, cfg.QueueInterval = time.Second, time.Second
+	p := cfg.Methods[getMany]
+	p.Oversize["indexer"] = guard.Oversize{Mode: guard.OversizeSplit, MaxSplitItems: 25_000, Timeout: 30 * time.Second}
+	cfg.Methods[getMany] = p
+	impl := newPostRecords()
+	impl.block = make(chan struct{})
+	f := start(t, cfg, impl)
+
+	errs := make(chan error, 2)
+	go func() { _, err := as(t, "feed").get(f, 1000); errs <- err }()
+	<-impl.entered // holds all 1,000 items
+	go func() { _, err := as(t, "feed").get(f, 1000); errs <- err }()
+	for f.srv.QueueStats().Waiting == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	split := make(chan error, 1)
+	var resp *sluicev1.GetPostRecordsResponse
+	go func() {
+		var err error
+		resp, err = as(t, "indexer").get(f, 2000)
+		split <- err
+	}()
+	for f.srv.QueueStats().Shed == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	close(impl.block)
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Errorf("interactive batch: %v", err)
+		}
+	}
+	if err := <-split; err != nil {
+		t.Fatalf("split batch after its pieces were shed: %v", err)
+	}
+	if got := len(resp.GetRecords()); got != 2000 {
+		t.Errorf("got %d records, want 2,000", got)
+	}
+}

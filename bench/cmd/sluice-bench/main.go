@@ -44,7 +44,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: sluice-bench cachehit|coldpath|storeread|incident|peer [flags]")
+		return errors.New("usage: sluice-bench cachehit|coldpath|storeread|incident|peer|capacity|fairshare [flags]")
 	}
 	switch args[0] {
 	case "cachehit":
@@ -57,8 +57,12 @@ func run(ctx context.Context, args []string) error {
 		return incident(args[1:])
 	case "peer":
 		return peerBench(ctx, args[1:])
+	case "capacity":
+		return capacity(ctx, args[1:])
+	case "fairshare":
+		return fairShare(args[1:])
 	}
-	return fmt.Errorf("unknown part %q; use cachehit, coldpath, storeread, incident or peer", args[0])
+	return fmt.Errorf("unknown part %q; use cachehit, coldpath, storeread, incident, peer, capacity or fairshare", args[0])
 }
 
 // common are the flags every closed-loop part shares.

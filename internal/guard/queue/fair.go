@@ -16,6 +16,16 @@ package queue
 // and everything is forgotten when the queue empties (nobody is behind).
 // The queue does not decide what a flow is; the guard maps clients onto
 // a bounded set of flow names.
+//
+// Controlled delay is judged per flow, as FQ-CoDel does (RFC 8290): a
+// flow whose own waiters have not run out for Interval has a standing
+// queue, and only its waiters are held to Target and shed when the queue
+// stands. A flow that asks for less than its share has at most a waiter
+// or two at a time, served at the next grant, so its queue never stands
+// and its waiters may wait up to Interval for that grant however long the
+// heavy flows' backlog has stood.
+
+import "time"
 
 type fairState struct {
 	vtime        float64
@@ -26,16 +36,17 @@ type fairState struct {
 type flow struct {
 	key     string
 	weight  float64
-	finish  float64 // virtual time at which its granted work ends
-	waiting int     // its waiters in the queue
+	finish  float64   // virtual time at which its granted work ends
+	waiting int       // its waiters in the queue
+	since   time.Time // when its waiters last went from none to one
 }
 
 func newFairState(maxWaiters int) fairState {
 	return fairState{flows: map[string]*flow{}, maxIdleFlows: max(maxWaiters, 64)}
 }
 
-// join returns key's flow, counting one more waiter on it.
-func (f *fairState) join(key string, weight float64) *flow {
+// join returns key's flow, counting one more waiter on it at now.
+func (f *fairState) join(key string, weight float64, now time.Time) *flow {
 	fl, ok := f.flows[key]
 	if !ok {
 		fl = &flow{key: key}
@@ -44,6 +55,9 @@ func (f *fairState) join(key string, weight float64) *flow {
 	fl.weight = weight
 	if fl.weight <= 0 {
 		fl.weight = 1
+	}
+	if fl.waiting == 0 {
+		fl.since = now
 	}
 	fl.waiting++
 	return fl

@@ -22,7 +22,9 @@
 // start-time fair queuing over item cost, weighted by Request.Weight (see
 // fair.go). A flow that asks for less than its share is served before
 // flows with a backlog, so its wait does not grow with theirs; within a
-// flow the order above applies.
+// flow the order above applies. Whether a queue stands is judged per
+// flow (as in FQ-CoDel): the heavy flows' standing backlog holds their
+// own waiters to Target, not a light flow's.
 //
 // Batch requests (Request.Batch) are shed first: one that cannot start at
 // once while others already wait is refused without queueing, freed
@@ -181,6 +183,16 @@ func (c Config) MaxWait(now, lastEmpty, startBy time.Time) time.Duration {
 	return max(wait, 0)
 }
 
+// flowSince is since when fl's queue has been non-empty, as the queue's
+// own standing rule sees it: the later of the whole queue's last empty
+// time and the flow's (see fair.go).
+func (q *Queue) flowSince(fl *flow) time.Time {
+	if fl.since.After(q.lastEmpty) {
+		return fl.since
+	}
+	return q.lastEmpty
+}
+
 // standing reports whether a queue that has been non-empty since
 // lastEmpty is a standing queue at now.
 func (c Config) standing(now, lastEmpty time.Time) bool { return now.Sub(lastEmpty) >= c.Interval }
@@ -237,11 +249,13 @@ func (q *Queue) enter(r Request) (*waiter, error) {
 	case r.Batch && len(q.waiters) > 0:
 		return nil, q.refuse(fmt.Errorf("%w: batch work is not queued while %d requests wait", ErrShed, len(q.waiters)))
 	}
-	wait := q.cfg.MaxWait(now, q.lastEmpty, r.StartBy)
+	fl := q.fair.join(r.Flow, r.Weight, now)
+	wait := q.cfg.MaxWait(now, q.flowSince(fl), r.StartBy)
 	if wait <= 0 {
+		q.fair.leave(fl)
 		return nil, q.refuse(fmt.Errorf("%w: no capacity for %d items and no time left to wait", ErrShed, r.Cost))
 	}
-	w := &waiter{req: r, enqueued: now, done: make(chan struct{}), flow: q.fair.join(r.Flow, r.Weight)}
+	w := &waiter{req: r, enqueued: now, done: make(chan struct{}), flow: fl}
 	if len(q.waiters) == 0 {
 		q.stopCheck = q.clock.AfterFunc(q.cfg.Interval, q.onStanding)
 	}
@@ -281,6 +295,9 @@ func (q *Queue) onStanding() {
 	q.stopCheck = nil
 	for _, w := range slices.Clone(q.waiters) {
 		waited := now.Sub(w.enqueued)
+		if !w.req.Batch && !q.cfg.standing(now, q.flowSince(w.flow)) {
+			continue // its flow's own queue does not stand: it keeps its wait
+		}
 		w.stop()
 		if !w.req.Batch && waited < q.cfg.Target {
 			left := q.cfg.Target - waited

@@ -128,7 +128,7 @@ func TestPickWithinFlow(t *testing.T) {
 			var ws []*waiter
 			ids := map[*waiter]int{}
 			for _, x := range tc.waiters {
-				wt := &waiter{req: Request{Batch: x.batch}, flow: f.join("", 0)}
+				wt := &waiter{req: Request{Batch: x.batch}, flow: f.join("", 0, time.Time{})}
 				ids[wt] = x.id
 				ws = append(ws, wt)
 			}
@@ -489,7 +489,7 @@ func TestFlowStateBounded(t *testing.T) {
 	}
 	f := newFairState(8)
 	for i := range 1000 {
-		fl := f.join(string(rune(i)), 1)
+		fl := f.join(string(rune(i)), 1, time.Time{})
 		f.served(fl, 1)
 		f.leave(fl)
 	}
@@ -524,4 +524,40 @@ func TestSetCapacity(t *testing.T) {
 	hold()
 	release := h.acquireNow(Request{Cost: 8}) // larger than the capacity, alone
 	release()
+}
+
+// Tests that a standing queue is judged per flow: once the heavy flow's
+// backlog has stood for N, its waiters are held to M and shed, but a
+// light flow's waiter that arrives then may still wait up to N, and is
+// served at the next grant.
+func TestStandingIsPerFlow(t *testing.T) {
+	h := newHarness(t, 10, 100)
+	hold := h.acquireNow(Request{Cost: 10, Flow: "heavy"})
+	out := make(chan result, 8)
+	h.wait(h.ctx, 1, Request{Cost: 10, Flow: "heavy"}, out) // at t=0
+	h.clock.Advance(98 * time.Millisecond)
+	h.wait(h.ctx, 2, Request{Cost: 10, Flow: "heavy"}, out) // at t=98ms
+	h.clock.Advance(2 * time.Millisecond)                   // t=100ms: heavy's queue stands
+	if r := recv(t, out); r.id != 1 || !errors.Is(r.err, ErrShed) {
+		t.Fatalf("got waiter %d (%v), want heavy waiter 1 shed when its queue stood for N", r.id, r.err)
+	}
+	h.wait(h.ctx, 3, Request{Cost: 10, Flow: "heavy"}, out) // may wait M
+	h.wait(h.ctx, 4, Request{Cost: 1, Flow: "light"}, out)  // may wait N
+	h.clock.Advance(3 * time.Millisecond)                   // t=103ms
+	if r := recv(t, out); r.id != 2 || !errors.Is(r.err, ErrShed) {
+		t.Fatalf("got waiter %d (%v), want heavy waiter 2 shed at M", r.id, r.err)
+	}
+	h.clock.Advance(32 * time.Millisecond) // t=135ms: waiter 3 is past M, light is not past N
+	if r := recv(t, out); r.id != 3 || !errors.Is(r.err, ErrShed) {
+		t.Fatalf("got waiter %d (%v), want heavy waiter 3 shed at M", r.id, r.err)
+	}
+	if s := h.q.Stats(); s.Waiting != 1 {
+		t.Fatalf("stats %+v, want the light waiter still waiting 35ms after it came", s)
+	}
+	hold()
+	if r := recv(t, out); r.id != 4 || r.err != nil {
+		t.Fatalf("got waiter %d (%v), want the light waiter served at the grant", r.id, r.err)
+	} else {
+		r.release()
+	}
 }

@@ -1,0 +1,275 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/sluice-dev/sluice/bench/throughput"
+	"github.com/sluice-dev/sluice/internal/loadgen"
+	"github.com/sluice-dev/sluice/internal/loadgen/report"
+	"github.com/sluice-dev/sluice/internal/loadgen/scenario"
+)
+
+// The fair-share part: in each round, on one fresh server, the cache-hit
+// capacity (closed loop), then the four normal clients alone, with eight
+// heavy callers at about 120% of capacity (preset fair-share), and with
+// the trusted indexer's 20,000-URI batches split (preset split). Every
+// figure is a ratio to the same round's baseline or capacity.
+
+// capacityResult is what `sluice-bench capacity` writes.
+type capacityResult struct {
+	ItemsPerSec float64 `json:"items_per_sec"`
+	Concurrency int     `json:"concurrency"`
+	Batch       int     `json:"batch"`
+	Seconds     float64 `json:"seconds"`
+}
+
+func capacity(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("capacity", flag.ContinueOnError)
+	var c common
+	c.register(fs)
+	target := fs.String("target", "127.0.0.1:50051", "sluice gRPC address")
+	out := fs.String("json", "", "file to write the result to")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	uris, err := scenario.ReadURIs(c.uris)
+	if err != nil {
+		return err
+	}
+	if err := loadgen.Warm(ctx, *target, uris, 1000, 4, os.Stderr); err != nil {
+		return err
+	}
+	r, err := throughput.GRPC(ctx, "capacity", *target, c.concurrency, c.batch, c.duration, throughput.NewBatches(uris, c.batch, false))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "capacity: %.0f cache-hit items/s (%d workers × %d URIs, %v)\n", r.ItemsPerSec, c.concurrency, c.batch, c.duration)
+	b, err := json.Marshal(capacityResult{ItemsPerSec: r.ItemsPerSec, Concurrency: c.concurrency, Batch: c.batch, Seconds: c.duration.Seconds()})
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(*out, b, 0o644)
+}
+
+// fairRound is one round of the fair-share part.
+type fairRound struct {
+	capacity            capacityResult
+	alone, heavy, split *report.Report
+}
+
+func fairShare(args []string) error {
+	fs := flag.NewFlagSet("fairshare", flag.ContinueOnError)
+	caps := fs.String("capacity", "", "sluice-bench capacity JSON, one per round (comma-separated)")
+	alone := fs.String("alone", "", "sluice-load JSON: the normal clients alone, one per round")
+	heavy := fs.String("heavy", "", "sluice-load JSON: preset fair-share, one per round")
+	split := fs.String("split", "", "sluice-load JSON: preset split, one per round")
+	loads := fs.String("loadavg", "", "the load average before each round (comma-separated)")
+	md := fs.String("md", "", "Markdown fragment to write")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	rounds, err := readFairRounds(*caps, *alone, *heavy, *split)
+	if err != nil {
+		return err
+	}
+	return writeMD(*md, func(w io.Writer) { fairReport(w, rounds, strings.Split(*loads, ",")) })
+}
+
+func readFairRounds(caps, alone, heavy, split string) ([]fairRound, error) {
+	lists := [][]string{strings.Split(caps, ","), strings.Split(alone, ","), strings.Split(heavy, ","), strings.Split(split, ",")}
+	for _, l := range lists[1:] {
+		if len(l) != len(lists[0]) {
+			return nil, fmt.Errorf("fairshare: give one capacity, alone, heavy and split file per round (got %d, %d, %d, %d)", len(lists[0]), len(lists[1]), len(lists[2]), len(lists[3]))
+		}
+	}
+	out := make([]fairRound, len(lists[0]))
+	for i := range out {
+		b, err := os.ReadFile(lists[0][i])
+		if err != nil {
+			return nil, err
+		}
+		if err := json.Unmarshal(b, &out[i].capacity); err != nil {
+			return nil, fmt.Errorf("fairshare: %s: %w", lists[0][i], err)
+		}
+		for j, dst := range []**report.Report{&out[i].alone, &out[i].heavy, &out[i].split} {
+			if *dst, err = report.ReadJSON(lists[j+1][i]); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return out, nil
+}
+
+// fairFigures are one round's figures for the targets.
+type fairFigures struct {
+	normalErrors     int64   // normal clients' failed requests, heavy run
+	goodput          float64 // items/s answered to everyone, heavy run
+	capacityShare    float64 // goodput / capacity
+	heavyShares      []float64
+	shareSpread      float64 // largest |share/mean - 1| among heavy callers
+	heavyDeadline    int64   // heavy requests that ended DeadlineExceeded
+	heavyOK, heavyEr int64
+	splitOK, splitEr int64
+	splitItems       int64
+	splitNormalErr   int64
+}
+
+func figuresOf(r fairRound) fairFigures {
+	var f fairFigures
+	var heavyItems int64
+	for _, c := range r.heavy.Clients {
+		f.goodput += c.ItemsPerSec
+		if r.alone.Client(c.Name) != nil {
+			f.normalErrors += c.Errors
+			continue
+		}
+		heavyItems += c.Items
+		f.heavyDeadline += c.Codes["DeadlineExceeded"]
+		f.heavyOK += c.OK
+		f.heavyEr += c.Errors
+	}
+	f.capacityShare = f.goodput / max(r.capacity.ItemsPerSec, 1e-9)
+	for _, c := range r.heavy.Clients {
+		if r.alone.Client(c.Name) == nil {
+			f.heavyShares = append(f.heavyShares, float64(c.Items)/max(float64(heavyItems), 1))
+		}
+	}
+	mean := 1 / float64(max(len(f.heavyShares), 1))
+	for _, s := range f.heavyShares {
+		f.shareSpread = max(f.shareSpread, abs(s/mean-1))
+	}
+	for _, c := range r.split.Clients {
+		if c.Name == scenario.SplitCaller {
+			f.splitOK, f.splitEr, f.splitItems = c.OK, c.Errors, c.Items
+		} else {
+			f.splitNormalErr += c.Errors
+		}
+	}
+	return f
+}
+
+func abs(x float64) float64 { return max(x, -x) }
+
+func medianOf(vs []float64) float64 {
+	vs = slices.Clone(vs)
+	slices.Sort(vs)
+	if n := len(vs); n%2 == 0 {
+		return (vs[n/2-1] + vs[n/2]) / 2
+	}
+	return vs[len(vs)/2]
+}
+
+func fairReport(w io.Writer, rounds []fairRound, loads []string) {
+	fmt.Fprintf(w, "## 5. Fair share under aggregate overload, and a trusted caller's split batches\n\n")
+	fmt.Fprintf(w, "%d rounds, each on a fresh sluice and memcached (config/bench.yaml): the cache-hit capacity in a closed loop (%d workers × %d URIs, %.0f s), then %.0f s of each run: the four normal clients alone (`--preset fair-share --without heavy-1,…`), with eight heavy callers under their own names sending 1,000-URI batches, together at 120%% of the capacity just measured (`--preset fair-share --rate heavy-*=R`), and with the trusted `indexer` sending 20,000-URI batches, split into pieces of 1,000, at 50%% of it (`--preset split --rate indexer=R`). Every figure is against the same round's baseline or capacity.\n\n",
+		len(rounds), rounds[0].capacity.Concurrency, rounds[0].capacity.Batch, rounds[0].capacity.Seconds, rounds[0].heavy.ElapsedSeconds)
+	heavyRatios := ratiosOf(pairs(rounds, func(r fairRound) *report.Report { return r.heavy }))
+	splitRatios := ratiosOf(pairs(rounds, func(r fairRound) *report.Report { return r.split }))
+	figs := make([]fairFigures, len(rounds))
+	for i, r := range rounds {
+		figs[i] = figuresOf(r)
+	}
+
+	fmt.Fprintf(w, "| round | load avg before | capacity items/s | offered by heavy callers / capacity | goodput items/s | goodput / capacity | normal errors | heavy OK / errors | heavy DeadlineExceeded | heavy share spread | split: indexer OK / errors | split: normal errors |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+	for i, r := range rounds {
+		f := figs[i]
+		load := "n/a"
+		if i < len(loads) && loads[i] != "" {
+			load = loads[i]
+		}
+		fmt.Fprintf(w, "| %d | %s | %.0f | %.0f%% | %.0f | %.2f | %d | %d / %d %s | %d | ±%.0f%% | %d / %d %s | %d |\n",
+			i+1, load, r.capacity.ItemsPerSec, 100*offered(r.heavy, r.alone)/max(r.capacity.ItemsPerSec, 1), f.goodput, f.capacityShare, f.normalErrors,
+			f.heavyOK, f.heavyEr, heavyCodes(r), f.heavyDeadline, 100*f.shareSpread, f.splitOK, f.splitEr, codes(*clientOr(r.split, scenario.SplitCaller)), f.splitNormalErr)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "Each heavy caller's share of the heavy callers' goodput, per round (equal weights, so 12.5%% each):\n\n")
+	for i, f := range figs {
+		parts := make([]string, len(f.heavyShares))
+		for j, s := range f.heavyShares {
+			parts[j] = fmt.Sprintf("%.1f%%", 100*s)
+		}
+		fmt.Fprintf(w, "- round %d: %s\n", i+1, strings.Join(parts, ", "))
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintf(w, "### Normal clients' p99 with the heavy callers / alone\n\n")
+	roundsTable(w, heavyRatios)
+	fmt.Fprintf(w, "### Normal clients' p99 with the split indexer / alone\n\n")
+	roundsTable(w, splitRatios)
+	fmt.Fprintf(w, "Round 1, latency in ms:\n\n")
+	normalTable(w, "sluice, heavy callers", rounds[0].heavy, rounds[0].alone)
+	normalTable(w, "sluice, split indexer", rounds[0].split, rounds[0].alone)
+
+	heavyWorst, heavySingle := heavyRatios.worst()
+	splitWorst, _ := splitRatios.worst()
+	var shares, spreads, deadlines, normalErrs, splitErrs, splitNormal []float64
+	allItems := true
+	for i, f := range figs {
+		shares = append(shares, f.capacityShare)
+		spreads = append(spreads, f.shareSpread)
+		deadlines = append(deadlines, float64(f.heavyDeadline))
+		normalErrs = append(normalErrs, float64(f.normalErrors))
+		splitErrs = append(splitErrs, float64(f.splitEr))
+		splitNormal = append(splitNormal, float64(f.splitNormalErr))
+		allItems = allItems && f.splitOK > 0 && f.splitItems == f.splitOK*scenario.SplitBatch
+		_ = i
+	}
+	fmt.Fprintf(w, "### Targets (medians of rounds; the worst round in brackets)\n\n")
+	fmt.Fprintf(w, "| target | measured | met |\n|---|---|---|\n")
+	fmt.Fprintf(w, "| normal clients' p99 with heavy callers ≤ 1.5× alone | %.2f× (single round up to %.2f×) | %s |\n", heavyWorst, heavySingle, verdict(heavyWorst <= 1.5))
+	fmt.Fprintf(w, "| 0 normal-client errors with heavy callers | %.0f (%.0f) | %s |\n", medianOf(normalErrs), slices.Max(normalErrs), verdict(slices.Max(normalErrs) == 0))
+	fmt.Fprintf(w, "| goodput ≥ 90%% of the measured capacity | %.0f%% (lowest %.0f%%) | %s |\n", 100*medianOf(shares), 100*slices.Min(shares), verdict(medianOf(shares) >= 0.9))
+	fmt.Fprintf(w, "| heavy callers' shares within ±20%% of each other | ±%.0f%% (±%.0f%%) | %s |\n", 100*medianOf(spreads), 100*slices.Max(spreads), verdict(medianOf(spreads) <= 0.2))
+	fmt.Fprintf(w, "| 0 heavy requests ended DeadlineExceeded | %.0f (%.0f) | %s |\n", medianOf(deadlines), slices.Max(deadlines), verdict(slices.Max(deadlines) == 0))
+	fmt.Fprintf(w, "| indexer's 20,000-URI batches answered whole (records = 20,000 × OK) | %s, indexer errors %.0f (%.0f) | %s |\n", map[bool]string{true: "every round", false: "not every round"}[allItems], medianOf(splitErrs), slices.Max(splitErrs), verdict(allItems && slices.Max(splitErrs) == 0))
+	fmt.Fprintf(w, "| normal clients' p99 with the split indexer ≤ 1.5× alone, 0 errors | %.2f×, errors %.0f (%.0f) | %s |\n", splitWorst, medianOf(splitNormal), slices.Max(splitNormal), verdict(splitWorst <= 1.5 && slices.Max(splitNormal) == 0))
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Sheds carry RetryInfo (tested in internal/guard); the load generator counts codes only. Goodput counts every client's answered items per second of the run; capacity is the closed loop's, so a goodput share above 1 means the open loop kept the server busier than the closed loop did.")
+}
+
+// pairs turns fair-share rounds into (with, baseline) pairs for ratiosOf.
+func pairs(rounds []fairRound, with func(fairRound) *report.Report) []round {
+	out := make([]round, len(rounds))
+	for i, r := range rounds {
+		out[i] = round{with: with(r), without: r.alone}
+	}
+	return out
+}
+
+func clientOr(r *report.Report, name string) *report.Client {
+	if c := r.Client(name); c != nil {
+		return c
+	}
+	return &report.Client{Name: name}
+}
+
+// heavyCodes sums the heavy callers' error codes.
+func heavyCodes(r fairRound) string {
+	sum := report.Client{Codes: map[string]int64{}}
+	for _, c := range r.heavy.Clients {
+		if r.alone.Client(c.Name) == nil {
+			for k, v := range c.Codes {
+				sum.Codes[k] += v
+			}
+		}
+	}
+	return codes(sum)
+}
+
+// offered is the heavy callers' offered items/s: requests scheduled
+// times URIs each (the fair-share preset's fixed 1,000), over the run.
+func offered(heavy, alone *report.Report) float64 {
+	var n int64
+	for _, c := range heavy.Clients {
+		if alone.Client(c.Name) == nil {
+			n += c.Scheduled * 1000
+		}
+	}
+	return float64(n) / max(heavy.ElapsedSeconds, 1e-9)
+}
