@@ -229,18 +229,20 @@ func TestRecordsBadInput(t *testing.T) {
 			t.Errorf("%s: got %s %q, want InvalidArgument naming %q", tc.name, st.Code(), st.Message(), tc.want)
 		}
 	}
-	for _, req := range []func() error{
-		func() error {
-			_, err := w.DeleteRecords(ctx, &sluicev1.DeleteRecordsRequest{Uris: []string{kept.Uri, "at://did:plc:x/com.example.thing/3kx"}})
+	for want, req := range map[string]func() error{
+		`uris[1] "at://did:plc:aaaaaaaaaaaaaaaaaaaaaaaa/com.example.thing/3kx" is not a valid AT-URI: collection "com.example.thing" is not one bsky.Service reads`: func() error {
+			_, err := w.DeleteRecords(ctx, &sluicev1.DeleteRecordsRequest{Uris: []string{kept.Uri, recURI(alice, "com.example.thing", "3kx")}})
 			return err
 		},
-		func() error {
+		"takedowns[1]": func() error {
 			_, err := w.UpdateTakedowns(ctx, &sluicev1.UpdateTakedownsRequest{Takedowns: []*sluicev1.Takedown{{Uri: kept.Uri, TakedownRef: "x"}, {Uri: "not a uri", TakedownRef: "y"}}})
 			return err
 		},
 	} {
-		if err := req(); status.Code(err) != codes.InvalidArgument {
-			t.Errorf("a request holding a bad URI: %v, want InvalidArgument", err)
+		st := status.Convert(req())
+		t.Logf("%s: %s %q", want, st.Code(), st.Message())
+		if st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), want) {
+			t.Errorf("a request holding a bad URI: %s %q, want InvalidArgument naming %s", st.Code(), st.Message(), want)
 		}
 	}
 	got, err := ts.app.Store.Get(ctx, kept.Uri)

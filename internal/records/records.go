@@ -172,15 +172,28 @@ func (w *Writer) Delete(ctx context.Context, uris []string) (int, error) {
 	return deleted, nil
 }
 
+// InvalidTakedownError reports the takedown at Index of a request that
+// cannot be applied (a URI of no served collection, a takedown_ref over its
+// limit); none of the request's takedowns is applied.
+type InvalidTakedownError struct {
+	Index  int
+	URI    string
+	Reason string
+}
+
+func (e *InvalidTakedownError) Error() string {
+	return fmt.Sprintf("takedowns[%d] (%.200q): %s", e.Index, e.URI, e.Reason)
+}
+
 // UpdateTakedowns sets or lifts the takedown of each stored record and
 // reports how many exist. URIs with no record are skipped.
 func (w *Writer) UpdateTakedowns(ctx context.Context, takedowns []Takedown) (int, error) {
 	for i, td := range takedowns {
 		if _, err := w.parse(td.URI); err != nil {
-			return 0, &posts.InvalidRecordError{Index: i, URI: td.URI, Reason: err.Error()}
+			return 0, &InvalidTakedownError{Index: i, URI: td.URI, Reason: err.Error()}
 		}
 		if err := store.CheckModeration(td.TakedownRef, nil); err != nil {
-			return 0, &posts.InvalidRecordError{Index: i, URI: td.URI, Reason: err.Error()}
+			return 0, &InvalidTakedownError{Index: i, URI: td.URI, Reason: err.Error()}
 		}
 	}
 	var updated atomic.Int64

@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
@@ -66,7 +67,11 @@ func (s *Records) UpdateTakedowns(ctx context.Context, req *sluicev1.UpdateTaked
 		tds[i] = records.Takedown{URI: td.GetUri(), TakedownRef: td.GetTakedownRef()}
 	}
 	n, err := s.w.UpdateTakedowns(ctx, tds)
-	if err != nil {
+	var bad *records.InvalidTakedownError
+	switch {
+	case errors.As(err, &bad):
+		return nil, guard.InvalidArgument(fieldIndex("takedowns", bad.Index), "UpdateTakedowns: "+bad.Error()+"; none of this request's takedowns was applied")
+	case err != nil:
 		return nil, toStatus("UpdateTakedowns", err)
 	}
 	return &sluicev1.UpdateTakedownsResponse{Updated: uint32(n)}, nil
