@@ -198,10 +198,8 @@ func fairReport(w io.Writer, rounds []fairRound, loads []string) {
 		fmt.Fprintf(w, "- round %d: %s\n", i+1, strings.Join(parts, ", "))
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintf(w, "### Normal clients' p99 with the heavy callers / alone\n\n")
-	roundsTable(w, heavyRatios)
-	fmt.Fprintf(w, "### Normal clients' p99 with the split indexer / alone\n\n")
-	roundsTable(w, splitRatios)
+	roundsTable(w, "Normal clients' p99 with the heavy callers / alone, in each round", heavyRatios)
+	roundsTable(w, "Normal clients' p99 with the split indexer / alone, in each round", splitRatios)
 	fmt.Fprintf(w, "Round 1, latency in ms:\n\n")
 	normalTable(w, "sluice, heavy callers", rounds[0].heavy, rounds[0].alone)
 	normalTable(w, "sluice, split indexer", rounds[0].split, rounds[0].alone)

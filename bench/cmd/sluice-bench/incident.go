@@ -46,7 +46,7 @@ func incident(args []string) error {
 		bulkTable(w, rs[0], rs[2])
 		vitalsTable(w, rs)
 		ratios := ratiosOf(rounds)
-		roundsTable(w, ratios)
+		roundsTable(w, "sluice's p99 ratio (with bulk / without) in each round", ratios)
 		targets(w, rounds, ratios, *connCap, *goroutineBound, *boundNote)
 	})
 }
@@ -130,8 +130,8 @@ func (t p99Ratios) worst() (median, single float64) {
 
 // roundsTable shows every round's p99 ratio per normal client and the
 // median over rounds: one 40 s run on a shared 2-core machine is noisy.
-func roundsTable(w io.Writer, t p99Ratios) {
-	fmt.Fprintf(w, "### sluice's p99 ratio (with bulk / without) in each round\n\n| client |")
+func roundsTable(w io.Writer, title string, t p99Ratios) {
+	fmt.Fprintf(w, "### %s\n\n| client |", title)
 	for i := range t.byRound {
 		fmt.Fprintf(w, " round %d |", i+1)
 	}
