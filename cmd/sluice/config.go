@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/internal/guard/membudget"
 )
 
 // serveFlags is what `sluice serve` was started with.
@@ -31,6 +32,8 @@ func parseServe(args []string) (serveFlags, error) {
 	tlsCert := fs.String("tls-cert", "", "server certificate (PEM); with --tls-key and --client-ca turns on mutual TLS")
 	tlsKey := fs.String("tls-key", "", "server private key (PEM)")
 	clientCA := fs.String("client-ca", "", "CA certificates (PEM) that client certificates must chain to")
+	var memLimit membudget.Bytes
+	fs.Var(&memLimit, "memory-limit", "memory budget and Go soft memory limit, IEC units (e.g. 512MiB); the byte, connection and stream caps are derived from it and checked against it (default: the config file's guard.memory_limit, else GOMEMLIMIT, else 90% of the cgroup limit, else a quarter of the machine's memory up to 4GiB)")
 	if err := fs.Parse(args); err != nil {
 		return serveFlags{}, err
 	}
@@ -50,6 +53,9 @@ func parseServe(args []string) (serveFlags, error) {
 		cfg.Telemetry.TraceSampleRatio = *ratio
 	}
 	cfg.StoreReadDelay = *storeDelay
+	if memLimit != 0 {
+		cfg.Guard.MemoryLimit = memLimit
+	}
 	cfg.TLS.CertFile = cmp.Or(*tlsCert, cfg.TLS.CertFile)
 	cfg.TLS.KeyFile = cmp.Or(*tlsKey, cfg.TLS.KeyFile)
 	cfg.TLS.ClientCAFile = cmp.Or(*clientCA, cfg.TLS.ClientCAFile)

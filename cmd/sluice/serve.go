@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/internal/guard/membudget"
 	"github.com/sluice-dev/sluice/internal/telemetry"
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/mem"
@@ -27,6 +28,12 @@ func serve(ctx context.Context, args []string) error {
 	defer logs.CloseWithTimeout()
 	log := slog.New(logs)
 	flags.cfg.AfterStoreWrite = killAfterStoreWrite(os.Getenv(killAfterStoreWriteEnv))
+	plan := flags.cfg.Guard.Memory()
+	membudget.Apply(plan.Limit)
+	log.Info("memory budget", "memory_limit", plan.Limit.String(), "from", plan.LimitSource,
+		"max_request_bytes", plan.Requests.String(), "max_caller_request_bytes", plan.CallerRequests.String(),
+		"max_response_bytes", plan.Responses.String(), "max_connections", plan.Connections,
+		"max_streams", plan.Streams, "max_streams_per_connection", plan.StreamsPerConnection)
 	a, err := app.New(flags.cfg, log)
 	if err != nil {
 		return err

@@ -158,6 +158,9 @@ func (a *App) build() error {
 	if a.Guard, err = guard.New(a.cfg.Guard, guardOpts...); err != nil {
 		return err
 	}
+	if err := a.Telemetry.ObserveMemory(a.Guard.MemoryStats); err != nil {
+		return err
+	}
 	instrumented, err := a.Telemetry.InstrumentStore(a.Store)
 	if err != nil {
 		return err

@@ -48,6 +48,7 @@ var page = template.Must(template.New("clients").Funcs(template.FuncMap{
 	"f1":      func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) },
 	"pct":     percent,
 	"reasons": reasons,
+	"mib":     func(b int64) string { return strconv.FormatFloat(float64(b)/(1<<20), 'f', 1, 64) + " MiB" },
 }).Parse(pageHTML))
 
 // Handler serves the page as HTML, or as JSON when the path ends in .json

@@ -45,6 +45,7 @@ import (
 
 	"github.com/sluice-dev/sluice/internal/guard/adaptive"
 	"github.com/sluice-dev/sluice/internal/guard/budget"
+	"github.com/sluice-dev/sluice/internal/guard/connlimit"
 	"github.com/sluice-dev/sluice/internal/guard/queue"
 	"github.com/sluice-dev/sluice/internal/identity"
 	"golang.org/x/sync/semaphore"
@@ -70,6 +71,7 @@ type Server struct {
 	observer Observer
 	identify func(context.Context) (string, error)
 	services []string
+	mem      *memory
 
 	inflightItems atomic.Int64
 	itemLimit     atomic.Int64 // the limiter's last limit, applied to items
@@ -131,6 +133,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 		observer: nopObserver{},
 		identify: claimedName,
 		health:   health.NewServer(),
+		mem:      newMemory(cfg),
 	}
 	codec, err := newCodec()
 	if err != nil {
@@ -139,7 +142,8 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	// No grpc.NumStreamWorkers: its workers start in grpc.NewServer and
 	// stop only when the server does, so a server built and then dropped
 	// (a start-up that fails after New) leaks them.
-	grpcOpts := []grpc.ServerOption{grpc.MaxRecvMsgSize(cfg.MaxRecvMsgBytes), grpc.ForceServerCodecV2(codec)}
+	grpcOpts := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(cfg.MaxRecvMsgBytes), grpc.ForceServerCodecV2(codec)},
+		s.mem.grpcOptions(s)...)
 	for _, opt := range opts {
 		opt(s, &grpcOpts)
 	}
@@ -249,9 +253,12 @@ func (s *Server) SetServing(serving bool) {
 	}
 }
 
-// Serve accepts connections on lis until Stop or GracefulStop.
+// Serve accepts connections on lis until Stop or GracefulStop, at most
+// max_connections open at once.
 func (s *Server) Serve(lis net.Listener) error {
-	err := s.grpc.Serve(lis)
+	capped := connlimit.New(lis, s.mem.plan.Connections)
+	s.mem.listener.Store(capped)
+	err := s.grpc.Serve(capped)
 	if errors.Is(err, grpc.ErrServerStopped) {
 		return nil
 	}

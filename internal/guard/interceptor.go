@@ -53,6 +53,7 @@ func (nopObserver) Rejected(context.Context, Request, string)                   
 func (nopObserver) Finished(context.Context, Request, codes.Code, time.Duration) {}
 
 func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	received(ctx) // the request is decoded: its stream's bytes are gone
 	m, ok := s.methods[info.FullMethod]
 	if !ok {
 		// Health and reflection are not item work; everything else was
@@ -117,6 +118,7 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 		s.service.observe(info.FullMethod, cost, took)
 		s.observeCapacity(cost, took)
 	}
+	resp, err = s.holdResponse(info.FullMethod, client, resp, err)
 	s.observer.Finished(ctx, r, status.Code(err), time.Since(start))
 	return resp, err
 }

@@ -86,6 +86,9 @@ type Config struct {
 	// guard section of the config file but from its own admission
 	// section, and can be replaced while serving (Server.SetBudgets).
 	Admission budget.Config `yaml:"-"`
+	// MemoryConfig holds the memory budget and the caps derived from it
+	// (memory.go); its keys sit in the guard section.
+	MemoryConfig `yaml:",inline"`
 }
 
 // DefaultPolicy is the policy of a batch read or write method unless the
@@ -135,6 +138,9 @@ func (c Config) Validate() error {
 	if err := c.Admission.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("guard: %w", err))
 	}
+	if err := c.Memory().validate(c); err != nil {
+		errs = append(errs, err)
+	}
 	for _, name := range slices.Sorted(maps.Keys(c.Methods)) {
 		p := c.Methods[name]
 		if err := p.Validate(); err != nil {
@@ -168,6 +174,7 @@ func (c Config) Merge(override Config) Config {
 	out.MaxQueuedRequests = cmp.Or(override.MaxQueuedRequests, c.MaxQueuedRequests)
 	out.QueueTarget = cmp.Or(override.QueueTarget, c.QueueTarget)
 	out.QueueInterval = cmp.Or(override.QueueInterval, c.QueueInterval)
+	out.MemoryConfig = c.MemoryConfig.merge(override.MemoryConfig)
 	return out
 }
 

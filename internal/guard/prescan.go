@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 
 	"google.golang.org/grpc"
@@ -41,27 +42,31 @@ func newCodec() (codec, error) {
 
 func (c codec) Name() string { return c.proto.Name() }
 
-func (c codec) Marshal(v any) (mem.BufferSlice, error) { return c.proto.Marshal(v) }
+func (c codec) Marshal(v any) (mem.BufferSlice, error) {
+	if r, ok := v.(*sizedResponse); ok {
+		return marshalSized(r)
+	}
+	return c.proto.Marshal(v)
+}
 
 func (c codec) Unmarshal(data mem.BufferSlice, v any) error {
 	if r, ok := v.(*rawRequest); ok {
-		r.buf = data.MaterializeToBuffer(mem.DefaultBufferPool())
+		data.Ref()
+		r.data = data
 		return nil
 	}
 	return c.proto.Unmarshal(data, v)
 }
 
-// rawRequest receives a request's bytes from codec.
-type rawRequest struct{ buf mem.Buffer }
-
-func (r *rawRequest) bytes() []byte { return r.buf.ReadOnlyData() }
+// rawRequest receives a request's bytes from codec, as the transport
+// read them (frames of up to 16 KiB): counting reads them in place, and
+// only a request that will be decoded is copied into one buffer.
+type rawRequest struct{ data mem.BufferSlice }
 
 // free returns the bytes to the pool; later calls do nothing.
 func (r *rawRequest) free() {
-	if r.buf != nil {
-		r.buf.Free()
-		r.buf = nil
-	}
+	r.data.Free()
+	r.data = nil
 }
 
 // countedKey marks a request refused by count without being decoded.
@@ -93,14 +98,21 @@ func (m *method) countFirst(h grpc.MethodHandler, limit func(context.Context) in
 			return nil, err
 		}
 		defer raw.free()
-		if n := m.items.count(raw.bytes()); n > limit(ctx) {
+		if n := m.items.countSlice(raw.data); n > limit(ctx) {
+			raw.free()
+			received(ctx)
 			return h(srv, withCounted(ctx, n), func(any) error { return nil }, interceptor)
 		}
 		// The bytes go back to the pool once decoded, not when the
 		// handler returns: the decoded request holds copies.
 		return h(srv, ctx, func(v any) error {
-			defer raw.free()
-			return decode(raw.bytes(), v)
+			buf := raw.data.MaterializeToBuffer(mem.DefaultBufferPool())
+			raw.free()
+			defer func() {
+				buf.Free()
+				received(ctx)
+			}()
+			return decode(buf.ReadOnlyData(), v)
 		}, interceptor)
 	}
 }
@@ -129,6 +141,54 @@ func decode(b []byte, v any) error {
 		return status.Errorf(codes.InvalidArgument, "the request is not a valid %s: %v", msg.ProtoReflect().Descriptor().FullName(), err)
 	}
 	return nil
+}
+
+// countSlice is count over a request's bytes as the transport holds
+// them, without first copying them into one buffer.
+func (f *itemField) countSlice(data mem.BufferSlice) int {
+	if len(data) == 1 {
+		return f.count(data[0].ReadOnlyData())
+	}
+	r := data.Reader()
+	defer r.Close()
+	num, n := f.field.Number(), 0
+	for r.Remaining() > 0 {
+		tag, err := binary.ReadUvarint(r)
+		if err != nil {
+			return 0
+		}
+		got, typ := protowire.DecodeTag(tag)
+		skip, ok := fieldLength(r, typ)
+		if !ok || got < protowire.MinValidNumber || skip > uint64(r.Remaining()) {
+			return 0
+		}
+		if _, err := r.Discard(int(skip)); err != nil {
+			return 0
+		}
+		if got == num {
+			n++
+		}
+	}
+	return n
+}
+
+// fieldLength reads what precedes a field's value and returns the bytes
+// left to skip; false for groups (deprecated, never in these requests:
+// decoding then reports what is wrong) and for bytes that do not parse.
+func fieldLength(r *mem.Reader, typ protowire.Type) (uint64, bool) {
+	switch typ {
+	case protowire.VarintType:
+		_, err := binary.ReadUvarint(r)
+		return 0, err == nil
+	case protowire.Fixed32Type:
+		return 4, true
+	case protowire.Fixed64Type:
+		return 8, true
+	case protowire.BytesType:
+		l, err := binary.ReadUvarint(r)
+		return l, err == nil
+	}
+	return 0, false
 }
 
 // count returns how many elements of the item list b, a request's wire

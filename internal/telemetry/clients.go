@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -31,7 +32,8 @@ type ClientStats struct {
 
 	mu        sync.RWMutex
 	clients   map[string]*clientSeries
-	admission func() AdmissionState // nil until ObserveAdmission
+	admission func() AdmissionState                 // nil until ObserveAdmission
+	memory    atomic.Pointer[func() MemorySnapshot] // set by ObserveMemory
 }
 
 func (c *ClientStats) setAdmission(state func() AdmissionState) {
@@ -173,6 +175,9 @@ type ClientsSnapshot struct {
 	// Admission is the guard's process-wide admission now (nil when
 	// not wired, as in tests of this package alone).
 	Admission *AdmissionState `json:"admission,omitempty"`
+	// Memory is the memory budget and what holds it, now; nil until
+	// the server's guard is observed.
+	Memory *MemorySnapshot `json:"memory,omitempty"`
 }
 
 // ClientRow is one client's figures. Items requested are split into
@@ -231,6 +236,10 @@ func (c *ClientStats) Snapshot(window int) ClientsSnapshot {
 	now := c.now()
 	snap := ClientsSnapshot{At: now, WindowSeconds: window, Clients: []ClientRow{}, Goroutines: runtime.NumGoroutine()}
 	snap.OSThreads, _ = OSThreads()
+	if f := c.memory.Load(); f != nil {
+		m := (*f)()
+		snap.Memory = &m
+	}
 	c.mu.RLock()
 	if c.admission != nil {
 		a := c.admission()

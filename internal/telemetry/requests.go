@@ -21,7 +21,7 @@ import (
 // reason outside it is counted as "other". Every reason gets a series (at
 // zero) as soon as a client calls a method, so dashboards and alerts see
 // a flat line instead of no data.
-var RejectionReasons = []string{guard.ReasonShape, guard.ReasonQuota, guard.ReasonOverload, guard.ReasonDeadline, guard.ReasonIdentity}
+var RejectionReasons = []string{guard.ReasonShape, guard.ReasonQuota, guard.ReasonOverload, guard.ReasonDeadline, guard.ReasonIdentity, guard.ReasonMemory, guard.ReasonMemoryShare}
 
 // rejectionCodes is the gRPC code a rejection is answered with, by reason.
 var rejectionCodes = map[string]codes.Code{
@@ -30,6 +30,9 @@ var rejectionCodes = map[string]codes.Code{
 	guard.ReasonOverload: codes.Unavailable,
 	guard.ReasonDeadline: codes.DeadlineExceeded,
 	guard.ReasonIdentity: codes.PermissionDenied,
+	// Refused at the stream's start, before the body was read.
+	guard.ReasonMemory:      codes.Unavailable,
+	guard.ReasonMemoryShare: codes.ResourceExhausted,
 }
 
 // Requests records per-client request metrics and feeds the per-client
@@ -97,7 +100,7 @@ func (t *Telemetry) NewRequests(slo SLO) (*Requests, error) {
 		return nil, err
 	}
 	if r.rejections, err = m.Int64Counter("sluice.rejections",
-		metric.WithDescription("Requests refused before work started, by client, method and reason (shape, quota, overload, deadline, identity).")); err != nil {
+		metric.WithDescription("Requests refused before work started, by client, method and reason (shape, quota, overload, deadline, identity, memory, memory_share).")); err != nil {
 		return nil, err
 	}
 	if r.rejectedItems, err = m.Int64Counter("sluice.rejected.items",

@@ -1,0 +1,393 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/guard/connlimit"
+	"github.com/sluice-dev/sluice/internal/guard/membudget"
+	"github.com/sluice-dev/sluice/internal/identity"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
+)
+
+// Memory is bounded the way goroutines and sockets are: by caps checked
+// against a budget at start-up, and by admission before the bytes exist.
+//
+// gRPC reads a request's whole message before any interceptor runs, and
+// offers no hook between the message's length prefix and its body. So a
+// stream is admitted at its start (grpc.InTapHandle, which runs on the
+// HEADERS frame, before the body is read) by reserving the most it can
+// make sluice hold: the largest message the transport accepts
+// (max_recv_msg_bytes) plus, for a batch method, the largest valid request
+// its policy allows (the decoded copy). The reservation comes from a
+// process-wide ledger of request bytes with a per-caller share, and is
+// given back the moment the message has been counted and dropped or
+// decoded — microseconds for an ordinary request — or when the stream
+// ends, whichever is first. A stream that does not fit is refused at
+// once, its body never buffered: Unavailable when the process is at its
+// cap, ResourceExhausted when the caller is at its share, both with
+// RetryInfo. Shrinking max_recv_msg_bytes was not the bound chosen: a
+// 20,000-URI batch of ordinary URIs (1.5 MB) still reaches the count and
+// its InvalidArgument, and a trusted caller's large batch still fits.
+//
+// Responses are counted from their wire size once the handler returns:
+// the bytes are reserved from a second ledger before the response is
+// marshalled, and given back when the transport has written them (the
+// marshalled buffer is freed), so callers that do not read cannot pile
+// responses up in the server.
+//
+// Connections (package connlimit), streams per connection, streams across
+// connections and keepalive pings are capped too.
+
+// MemoryConfig is the guard's share of the memory budget. A zero field
+// takes its default, derived from the limit.
+type MemoryConfig struct {
+	// MemoryLimit is the process's memory budget and the Go runtime's
+	// soft limit. Default: membudget.DefaultLimit (GOMEMLIMIT, else 90 %
+	// of the cgroup limit, else a quarter of the machine's memory up to
+	// 4 GiB).
+	MemoryLimit membudget.Bytes `yaml:"memory_limit"`
+	// MaxRequestBytes caps request bytes being received, process-wide.
+	// Default: 60 % of what the limit leaves after the fixed reserve,
+	// connections and items.
+	MaxRequestBytes membudget.Bytes `yaml:"max_request_bytes"`
+	// MaxCallerRequestBytes caps one caller's share of MaxRequestBytes.
+	// Default: half of it.
+	MaxCallerRequestBytes membudget.Bytes `yaml:"max_caller_request_bytes"`
+	// MaxResponseBytes caps response bytes marshalled and not yet
+	// written. Default: 30 % of what the limit leaves (see above).
+	MaxResponseBytes membudget.Bytes `yaml:"max_response_bytes"`
+	// MaxConnections caps open gRPC connections. Default 256.
+	MaxConnections int `yaml:"max_connections"`
+	// MaxStreamsPerConnection is HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS.
+	// Default 128.
+	MaxStreamsPerConnection uint32 `yaml:"max_streams_per_connection"`
+	// MaxStreams caps streams open across all connections. Default:
+	// max_inflight_requests + max_queued_requests (more could only be
+	// shed later).
+	MaxStreams int64 `yaml:"max_streams"`
+	// KeepaliveMinTime is the shortest interval between a client's
+	// keepalive pings; a client pinging faster is sent GOAWAY. Default 10s.
+	KeepaliveMinTime time.Duration `yaml:"keepalive_min_time"`
+}
+
+// Fixed terms of the budget: what the process needs before any request
+// (runtime, store and cache clients, telemetry), what one connection holds
+// whatever it sends (transport read and write buffers, HPACK tables,
+// three goroutines), and the working memory of one admitted item (its
+// URI, cache key and a typical record while a batch is answered).
+const (
+	baseReserve     = 64 * membudget.MiB
+	connectionBytes = 256 * membudget.KiB
+	itemBytes       = 2 * membudget.KiB
+)
+
+// Flow-control windows. Fixed windows turn off gRPC's bandwidth-delay
+// estimate, which grows a stream's window to 16 MiB: a stream not yet
+// read holds at most streamWindow, and a stream's body is let in only as
+// its (admitted) handler reads it.
+const (
+	streamWindow     = 64 << 10
+	connectionWindow = 1 << 20
+)
+
+func (c MemoryConfig) merge(o MemoryConfig) MemoryConfig {
+	pick := func(a, b membudget.Bytes) membudget.Bytes {
+		if b != 0 {
+			return b
+		}
+		return a
+	}
+	c.MemoryLimit = pick(c.MemoryLimit, o.MemoryLimit)
+	c.MaxRequestBytes = pick(c.MaxRequestBytes, o.MaxRequestBytes)
+	c.MaxCallerRequestBytes = pick(c.MaxCallerRequestBytes, o.MaxCallerRequestBytes)
+	c.MaxResponseBytes = pick(c.MaxResponseBytes, o.MaxResponseBytes)
+	if o.MaxConnections != 0 {
+		c.MaxConnections = o.MaxConnections
+	}
+	if o.MaxStreamsPerConnection != 0 {
+		c.MaxStreamsPerConnection = o.MaxStreamsPerConnection
+	}
+	if o.MaxStreams != 0 {
+		c.MaxStreams = o.MaxStreams
+	}
+	if o.KeepaliveMinTime != 0 {
+		c.KeepaliveMinTime = o.KeepaliveMinTime
+	}
+	return c
+}
+
+// MemoryPlan is the memory budget with every cap resolved.
+type MemoryPlan struct {
+	Limit       membudget.Bytes
+	LimitSource string // membudget.Source…
+	// Requests, CallerRequests and Responses are the ledgers' caps.
+	Requests, CallerRequests, Responses membudget.Bytes
+	Connections                         int
+	StreamsPerConnection                uint32
+	Streams                             int64
+	KeepaliveMinTime                    time.Duration
+	// LargestStream is the largest reservation one stream takes, and
+	// the method that takes it.
+	LargestStream       membudget.Bytes
+	LargestStreamMethod string
+	// Fixed is what the budget sets aside before the ledgers: the base
+	// reserve, every connection's buffers and every item's working memory.
+	Fixed membudget.Bytes
+}
+
+// Memory resolves the memory budget and its caps from c.
+func (c Config) Memory() MemoryPlan {
+	m := c.MemoryConfig
+	p := MemoryPlan{Limit: m.MemoryLimit, LimitSource: membudget.SourceFlag,
+		Connections: m.MaxConnections, StreamsPerConnection: m.MaxStreamsPerConnection,
+		Streams: m.MaxStreams, KeepaliveMinTime: m.KeepaliveMinTime}
+	if p.Limit == 0 {
+		p.Limit, p.LimitSource = membudget.DefaultLimit()
+	}
+	if p.Connections == 0 {
+		p.Connections = 256
+	}
+	if p.StreamsPerConnection == 0 {
+		p.StreamsPerConnection = 128
+	}
+	if p.Streams == 0 {
+		p.Streams = c.MaxInflightRequests + int64(c.MaxQueuedRequests)
+	}
+	if p.KeepaliveMinTime == 0 {
+		p.KeepaliveMinTime = 10 * time.Second
+	}
+	p.Fixed = baseReserve + membudget.Bytes(p.Connections)*connectionBytes + membudget.Bytes(c.MaxInflightItems)*itemBytes
+	left := max(p.Limit-p.Fixed, 0)
+	p.Requests = cmpOr(m.MaxRequestBytes, left/10*6)
+	p.CallerRequests = cmpOr(m.MaxCallerRequestBytes, p.Requests/2)
+	p.Responses = cmpOr(m.MaxResponseBytes, left/10*3)
+	p.LargestStream = membudget.Bytes(c.MaxRecvMsgBytes)
+	for name, pol := range c.Methods {
+		if w := streamReservation(c.MaxRecvMsgBytes, pol); w > p.LargestStream {
+			p.LargestStream, p.LargestStreamMethod = w, name
+		}
+	}
+	return p
+}
+
+func cmpOr(a, b membudget.Bytes) membudget.Bytes {
+	if a != 0 {
+		return a
+	}
+	return b
+}
+
+// streamReservation is the most one request stream of a method with
+// policy p can make the process hold: its message, as large as the
+// transport accepts, and the decoded copy of the largest valid batch.
+func streamReservation(maxRecv int, p Policy) membudget.Bytes {
+	return membudget.Bytes(maxRecv) + validRequestBytes(p)
+}
+
+// validRequestBytes is the wire size of the largest request a policy
+// admits: MaxItems URIs of MaxURILength bytes, each with a tag and a
+// length prefix.
+func validRequestBytes(p Policy) membudget.Bytes {
+	return membudget.Bytes(p.MaxItems) * membudget.Bytes(p.MaxURILength+1+varintLen(p.MaxURILength))
+}
+
+func varintLen(n int) int {
+	l := 1
+	for ; n >= 0x80; n >>= 7 {
+		l++
+	}
+	return l
+}
+
+// validate refuses a budget its caps cannot fit in, naming them.
+func (p MemoryPlan) validate(c Config) error {
+	var errs []error
+	if p.Limit < 64*membudget.MiB {
+		errs = append(errs, fmt.Errorf("guard: memory_limit %v is below the 64MiB the process needs before any request", p.Limit))
+	}
+	if p.Connections < 1 {
+		errs = append(errs, fmt.Errorf("guard: max_connections must be at least 1, got %d", p.Connections))
+	}
+	if p.Streams < 1 {
+		errs = append(errs, fmt.Errorf("guard: max_streams must be at least 1, got %d", p.Streams))
+	}
+	if p.KeepaliveMinTime < 0 {
+		errs = append(errs, fmt.Errorf("guard: keepalive_min_time must not be negative, got %v", p.KeepaliveMinTime))
+	}
+	if p.CallerRequests > p.Requests {
+		errs = append(errs, fmt.Errorf("guard: max_caller_request_bytes %v exceeds max_request_bytes %v", p.CallerRequests, p.Requests))
+	}
+	if p.LargestStream > p.CallerRequests {
+		what := "max_recv_msg_bytes " + membudget.Bytes(c.MaxRecvMsgBytes).String()
+		if p.LargestStreamMethod != "" {
+			what += fmt.Sprintf(" plus the largest valid %s request (%v)", p.LargestStreamMethod, p.LargestStream-membudget.Bytes(c.MaxRecvMsgBytes))
+		}
+		errs = append(errs, fmt.Errorf("guard: one request stream may hold %v (%s), more than max_caller_request_bytes %v (max_request_bytes %v, from memory_limit %v): no request could be admitted; raise memory_limit or the byte caps, or lower max_recv_msg_bytes",
+			p.LargestStream, what, p.CallerRequests, p.Requests, p.Limit))
+	}
+	if total := p.Fixed + p.Requests + p.Responses; total > p.Limit {
+		errs = append(errs, fmt.Errorf("guard: the caps' worst case is %v, over memory_limit %v (%s): %v reserve + max_connections %d × %v + max_inflight_items %d × %v + max_request_bytes %v + max_response_bytes %v; raise memory_limit or lower the caps",
+			total, p.Limit, p.LimitSource, baseReserve, p.Connections, connectionBytes, c.MaxInflightItems, itemBytes, p.Requests, p.Responses))
+	}
+	return errors.Join(errs...)
+}
+
+// memory is the Server's admission by bytes, streams and connections.
+type memory struct {
+	plan      MemoryPlan
+	maxRecv   int
+	requests  *membudget.Ledger
+	responses *membudget.Ledger
+	retry     time.Duration
+	listener  atomic.Pointer[connlimit.Listener]
+
+	streams        atomic.Int64
+	peakStreams    atomic.Int64
+	refusedStreams atomic.Int64
+}
+
+func newMemory(cfg Config) *memory {
+	plan := cfg.Memory()
+	return &memory{
+		plan:      plan,
+		maxRecv:   cfg.MaxRecvMsgBytes,
+		requests:  membudget.NewLedger("request bytes being received", plan.Requests, plan.CallerRequests),
+		responses: membudget.NewLedger("response bytes not yet written", plan.Responses, plan.Responses/2),
+		retry:     cfg.QueueInterval,
+	}
+}
+
+// grpcOptions are the transport settings the budget depends on.
+func (mem *memory) grpcOptions(s *Server) []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.InTapHandle(s.tapHandle),
+		grpc.MaxConcurrentStreams(mem.plan.StreamsPerConnection),
+		grpc.InitialWindowSize(streamWindow),
+		grpc.InitialConnWindowSize(connectionWindow),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: mem.plan.KeepaliveMinTime, PermitWithoutStream: true}),
+	}
+}
+
+// receivingKey holds a stream's request-bytes reservation in its context.
+type receivingKey struct{}
+
+// tapHandle admits a stream at its start, before its body is read.
+func (s *Server) tapHandle(ctx context.Context, info *tap.Info) (context.Context, error) {
+	mem := s.mem
+	name := shortName(info.FullMethodName)
+	n := mem.streams.Add(1)
+	if n > mem.plan.Streams {
+		mem.streams.Add(-1)
+		mem.refusedStreams.Add(1)
+		s.observer.Rejected(ctx, Request{Client: s.tapClient(ctx), Method: info.FullMethodName}, ReasonMemory)
+		return nil, overloaded(name, fmt.Sprintf("%d streams are open, the process-wide cap (max_streams)", mem.plan.Streams), mem.retry)
+	}
+	for p := mem.peakStreams.Load(); n > p && !mem.peakStreams.CompareAndSwap(p, n); p = mem.peakStreams.Load() {
+	}
+	w, ok := s.reservation(info.FullMethodName)
+	if !ok {
+		context.AfterFunc(ctx, func() { mem.streams.Add(-1) })
+		return ctx, nil
+	}
+	client := s.tapClient(ctx)
+	res, refusal := mem.requests.Reserve(client, w)
+	if refusal != nil {
+		mem.streams.Add(-1)
+		reason := ReasonMemory
+		if refusal.PerCaller {
+			reason = ReasonMemoryShare
+		}
+		s.observer.Rejected(ctx, Request{Client: client, Method: info.FullMethodName}, reason)
+		return nil, mem.refuse(name, refusal)
+	}
+	context.AfterFunc(ctx, func() {
+		res.Release()
+		mem.streams.Add(-1)
+	})
+	return context.WithValue(ctx, receivingKey{}, res), nil
+}
+
+// tapClient names the caller as the interceptor will; a caller that may
+// not call is refused there, with PermissionDenied, and is counted here
+// as unknown.
+func (s *Server) tapClient(ctx context.Context) string {
+	client, err := s.identify(ctx)
+	if err != nil {
+		return identity.Unknown
+	}
+	return client
+}
+
+// reservation is what a stream of fullMethod reserves, and false for the
+// streaming methods of health and reflection, which are counted as
+// streams only (their messages are read one at a time, each at most
+// max_recv_msg_bytes, on at most max_streams streams).
+func (s *Server) reservation(fullMethod string) (membudget.Bytes, bool) {
+	if m, ok := s.methods[fullMethod]; ok {
+		return streamReservation(s.mem.maxRecv, m.policy), true
+	}
+	for _, prefix := range streamServices {
+		if strings.HasPrefix(fullMethod, prefix) && fullMethod != healthCheck {
+			return 0, false
+		}
+	}
+	return membudget.Bytes(s.mem.maxRecv), true
+}
+
+const healthCheck = "/grpc.health.v1.Health/Check"
+
+// Observer reasons for a request refused at its stream's start.
+const (
+	// ReasonMemory: the process's request bytes or its streams were at
+	// their cap (Unavailable).
+	ReasonMemory = "memory"
+	// ReasonMemoryShare: the caller held its whole share of the request
+	// bytes (ResourceExhausted).
+	ReasonMemoryShare = "memory_share"
+)
+
+func (mem *memory) refuse(name string, r *membudget.Refusal) error {
+	if r.PerCaller {
+		return withRetryInfo(status.New(codes.ResourceExhausted,
+			fmt.Sprintf("%s: refused before the request was read: %v; send fewer requests at once or smaller ones", name, r)), mem.retry)
+	}
+	return overloaded(name, r.Error(), mem.retry)
+}
+
+// received gives back a stream's request-bytes reservation: its message
+// has been counted and dropped, or decoded.
+func received(ctx context.Context) {
+	if res, ok := ctx.Value(receivingKey{}).(*membudget.Reservation); ok {
+		res.Release()
+	}
+}
+
+// MemoryStats is the state of the memory budget's caps.
+type MemoryStats struct {
+	Plan                 MemoryPlan
+	Requests, Responses  membudget.Stats
+	Streams, PeakStreams int64
+	RefusedStreams       int64
+	Connections          connlimit.Stats
+}
+
+// MemoryStats reports bytes in flight, streams and connections.
+func (s *Server) MemoryStats() MemoryStats {
+	st := MemoryStats{Plan: s.mem.plan, Requests: s.mem.requests.Stats(), Responses: s.mem.responses.Stats(),
+		Streams: s.mem.streams.Load(), PeakStreams: s.mem.peakStreams.Load(), RefusedStreams: s.mem.refusedStreams.Load()}
+	if l := s.mem.listener.Load(); l != nil {
+		st.Connections = l.Stats()
+	} else {
+		st.Connections.Max = int64(s.mem.plan.Connections)
+	}
+	return st
+}

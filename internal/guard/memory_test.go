@@ -1,0 +1,189 @@
+package guard
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
+	"github.com/sluice-dev/sluice/internal/guard/membudget"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
+)
+
+const getPostRecords = "/sluice.v1.PostRecords/GetPostRecords"
+
+func memoryConfig(limit membudget.Bytes) Config {
+	cfg := DefaultConfig()
+	cfg.Methods = map[string]Policy{
+		"sluice.v1.PostRecords/GetPostRecords":    DefaultPolicy(),
+		"sluice.v1.PostRecords/GetPostRecord":     {MaxItems: 1, MaxURILength: 512, Concurrency: 1, Timeout: time.Second},
+		"sluice.v1.PostRecords/PutPostRecords":    DefaultPolicy(),
+		"sluice.v1.PostRecords/DeletePostRecords": DefaultPolicy(),
+		"sluice.v1.PostRecords/GetLimits":         {MaxItems: 1, MaxURILength: 512, Concurrency: 1, Timeout: time.Second},
+	}
+	cfg.MemoryLimit = limit
+	return cfg
+}
+
+// Tests how the caps are derived from the budget and that start-up
+// refuses a budget they cannot fit in, naming the caps and the budget.
+func TestMemoryPlanFitsTheBudget(t *testing.T) {
+	cfg := memoryConfig(512 * membudget.MiB)
+	p := cfg.Memory()
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("512MiB with the default caps: %v", err)
+	}
+	wantStream := 16*membudget.MiB + 1000*(512+1+2)
+	if p.LargestStream != wantStream {
+		t.Errorf("largest stream reservation %v, want 16MiB + 1000 × 515 bytes", p.LargestStream)
+	}
+	if total := p.Fixed + p.Requests + p.Responses; total > p.Limit || p.CallerRequests != p.Requests/2 {
+		t.Errorf("plan %+v does not fit its limit", p)
+	}
+	t.Logf("512MiB: request bytes %v (caller %v, %d worst-case streams), response bytes %v, fixed %v",
+		p.Requests, p.CallerRequests, p.Requests/p.LargestStream, p.Responses, p.Fixed)
+
+	small := memoryConfig(160 * membudget.MiB)
+	err := small.Validate()
+	for _, want := range []string{"memory_limit 160MiB", "max_caller_request_bytes", "max_recv_msg_bytes 16MiB", "GetPostRecords"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("160MiB: error %v, want it to name %q", err, want)
+		}
+	}
+
+	over := memoryConfig(512 * membudget.MiB)
+	over.MaxRequestBytes = 400 * membudget.MiB
+	over.MaxConnections = 1000
+	err = over.Validate()
+	for _, want := range []string{"over memory_limit 512MiB", "max_request_bytes 400MiB", "max_connections 1000", "max_response_bytes"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("caps over the budget: error %v, want it to name %q", err, want)
+		}
+	}
+}
+
+func newMemoryServer(t *testing.T, cfg Config) *Server {
+	t.Helper()
+	s, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Register(&sluicev1.PostRecords_ServiceDesc, sluicev1.UnimplementedPostRecordsServer{}); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func tapAs(s *Server, client string) (context.Context, context.CancelFunc, error) {
+	md := metadata.Pairs("x-client-id", client)
+	ctx, cancel := context.WithCancel(metadata.NewIncomingContext(context.Background(), md))
+	got, err := s.tapHandle(ctx, &tap.Info{FullMethodName: getPostRecords, Header: md})
+	if err != nil {
+		cancel()
+		return nil, func() {}, err
+	}
+	return got, cancel, nil
+}
+
+// Tests admission at the stream's start: a stream reserves its worst case
+// before its body is read; a caller over its share gets ResourceExhausted
+// and the process over its cap Unavailable, both with RetryInfo and
+// saying what is held; the reservation comes back when the message is
+// counted (received) or when the stream ends, whichever is first.
+func TestTapReservesWorstCaseAtStreamStart(t *testing.T) {
+	cfg := memoryConfig(1 * membudget.GiB)
+	w := streamReservation(cfg.MaxRecvMsgBytes, DefaultPolicy())
+	cfg.MaxRequestBytes = 3 * w
+	cfg.MaxCallerRequestBytes = 2 * w
+	s := newMemoryServer(t, cfg)
+
+	a1, endA1, err := tapAs(s, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a2, endA2, err := tapAs(s, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = tapAs(s, "a")
+	assertRefusal(t, "a's third stream", err, codes.ResourceExhausted, `caller "a" holds`)
+	_, endB, err := tapAs(s, "b")
+	if err != nil {
+		t.Fatalf("b's first stream: %v", err)
+	}
+	_, _, err = tapAs(s, "c")
+	assertRefusal(t, "c with the process at its cap", err, codes.Unavailable, "of the process-wide cap")
+
+	received(a1) // a1's message was counted and dropped
+	if _, endC, err := tapAs(s, "c"); err != nil {
+		t.Errorf("c after a1's message was counted: %v", err)
+	} else {
+		defer endC()
+	}
+	endA1()
+	endA2() // a2 ended before its handler ran
+	waitFor(t, func() bool { return s.mem.requests.Held("a") == 0 }, "a's reservations back after its streams ended")
+	_ = a2
+	endB()
+	st := s.MemoryStats()
+	if st.Requests.RefusedCaller != 1 || st.Requests.RefusedTotal != 1 {
+		t.Errorf("refusals %+v, want one of each", st.Requests)
+	}
+}
+
+// Tests the process-wide cap on open streams.
+func TestTapCapsStreams(t *testing.T) {
+	cfg := memoryConfig(1 * membudget.GiB)
+	cfg.MaxStreams = 2
+	s := newMemoryServer(t, cfg)
+	_, end1, err := tapAs(s, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, end2, err := tapAs(s, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = tapAs(s, "c")
+	assertRefusal(t, "a third stream over max_streams 2", err, codes.Unavailable, "2 streams are open")
+	end1()
+	waitFor(t, func() bool { return s.MemoryStats().Streams == 1 }, "a stream's slot back after it ended")
+	if _, end3, err := tapAs(s, "c"); err != nil {
+		t.Errorf("after one ended: %v", err)
+	} else {
+		end3()
+	}
+	end2()
+}
+
+func assertRefusal(t *testing.T, what string, err error, code codes.Code, says string) {
+	t.Helper()
+	st := status.Convert(err)
+	if st.Code() != code || !strings.Contains(st.Message(), says) || !strings.Contains(st.Message(), "GetPostRecords") {
+		t.Errorf("%s: %v %q, want %v saying %q", what, st.Code(), st.Message(), code, says)
+	}
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok && ri.GetRetryDelay().AsDuration() > 0 {
+			return
+		}
+	}
+	if err != nil {
+		t.Errorf("%s: no RetryInfo in %v", what, st.Details())
+	}
+}
+
+func waitFor(t *testing.T, cond func() bool, what string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within 10s: %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
