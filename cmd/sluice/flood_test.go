@@ -43,6 +43,7 @@ const (
 	// that the test costs the same on a fast machine and a busy one.
 	floodRequests = 6_000
 	floodFor      = 5 * time.Second
+	floodDeadline = 30 * time.Second
 	normalClients = 4
 )
 
@@ -270,7 +271,9 @@ func runFlood(t *testing.T, s *server, conns int) (*flood, int64, []string) {
 	for i := range floodConns {
 		floodConns[i] = dial(t, s.grpcAddr)
 	}
-	floodCtx := metadata.AppendToOutgoingContext(ctx, "x-client-id", "flood")
+	// Each flood request has its own deadline, far beyond the run's: it
+	// must end in a refusal from the server, not in the caller giving up.
+	floodCtx := metadata.AppendToOutgoingContext(context.Background(), "x-client-id", "flood")
 	var budget atomic.Int64
 	budget.Store(floodRequests)
 	for w := range floodInFlight {
@@ -278,10 +281,9 @@ func runFlood(t *testing.T, s *server, conns int) (*flood, int64, []string) {
 		wg.Go(func() {
 			for budget.Add(-1) >= 0 && ctx.Err() == nil {
 				var resp sluicev1.GetPostRecordsResponse
-				err := conn.Invoke(floodCtx, "/sluice.v1.PostRecords/GetPostRecords", msg, &resp, grpc.ForceCodec(rawCodec{}))
-				if ctx.Err() != nil {
-					return // the run's clock, not the server, ended this one
-				}
+				reqCtx, cancel := context.WithTimeout(floodCtx, floodDeadline)
+				err := conn.Invoke(reqCtx, "/sluice.v1.PostRecords/GetPostRecords", msg, &resp, grpc.ForceCodec(rawCodec{}))
+				cancel()
 				f.sent.Add(1)
 				f.record(err)
 				// The flood's callers honour RetryInfo, as the Go client

@@ -355,10 +355,15 @@ const (
 	ReasonMemoryShare = "memory_share"
 )
 
+// shareRetry is the wait advised to a caller at its share of the request
+// bytes: it has that many worst-case messages arriving at once, and
+// retrying sooner only sends more headers and first frames to refuse.
+const shareRetry = time.Second
+
 func (mem *memory) refuse(name string, r *membudget.Refusal) error {
 	if r.PerCaller {
 		return withRetryInfo(status.New(codes.ResourceExhausted,
-			fmt.Sprintf("%s: refused before the request was read: %v; send fewer requests at once or smaller ones", name, r)), mem.retry)
+			fmt.Sprintf("%s: refused before the request was read: %v; send fewer requests at once or smaller ones", name, r)), max(mem.retry, shareRetry))
 	}
 	return overloaded(name, r.Error(), mem.retry)
 }
