@@ -108,10 +108,12 @@ func TestRejectionReasonsAreAFixedSet(t *testing.T) {
 	r.Rejected(ctx, req, guard.ReasonDeadline)
 	r.Rejected(ctx, req, "made-up")
 	want := `
-# HELP sluice_rejections_total Requests refused before work started, by client, method and reason (shape, quota, overload, deadline, identity).
+# HELP sluice_rejections_total Requests refused before work started, by client, method and reason (shape, quota, overload, deadline, identity, memory, memory_share).
 # TYPE sluice_rejections_total counter
 sluice_rejections_total{client="feed",method="GetPostRecords",reason="deadline",service="sluice.v1.PostRecords"} 1
 sluice_rejections_total{client="feed",method="GetPostRecords",reason="identity",service="sluice.v1.PostRecords"} 0
+sluice_rejections_total{client="feed",method="GetPostRecords",reason="memory",service="sluice.v1.PostRecords"} 0
+sluice_rejections_total{client="feed",method="GetPostRecords",reason="memory_share",service="sluice.v1.PostRecords"} 0
 sluice_rejections_total{client="feed",method="GetPostRecords",reason="other",service="sluice.v1.PostRecords"} 1
 sluice_rejections_total{client="feed",method="GetPostRecords",reason="overload",service="sluice.v1.PostRecords"} 0
 sluice_rejections_total{client="feed",method="GetPostRecords",reason="quota",service="sluice.v1.PostRecords"} 0
