@@ -76,6 +76,11 @@ func newMemoryServer(t *testing.T, cfg Config) *Server {
 	if err := s.Register(&sluicev1.PostRecords_ServiceDesc, sluicev1.UnimplementedPostRecordsServer{}); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { // stops the server's stream workers
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s.Drain(ctx)
+	})
 	return s
 }
 
