@@ -76,7 +76,7 @@ func newMemoryServer(t *testing.T, cfg Config) *Server {
 	if err := s.Register(&sluicev1.PostRecords_ServiceDesc, sluicev1.UnimplementedPostRecordsServer{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { // stops the server's stream workers
+	t.Cleanup(func() { // drains the server, as its owner does
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		s.Drain(ctx)
