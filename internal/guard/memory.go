@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -171,8 +173,10 @@ func (c Config) Memory() MemoryPlan {
 	p.CallerRequests = cmpOr(m.MaxCallerRequestBytes, p.Requests/2)
 	p.Responses = cmpOr(m.MaxResponseBytes, left/10*3)
 	p.LargestStream = membudget.Bytes(c.MaxRecvMsgBytes)
-	for name, pol := range c.Methods {
-		if w := streamReservation(c.MaxRecvMsgBytes, pol); w > p.LargestStream {
+	// In name order, so that of methods with the same reservation the
+	// plan (and the start-up error that names it) is always the same one.
+	for _, name := range slices.Sorted(maps.Keys(c.Methods)) {
+		if w := streamReservation(c.MaxRecvMsgBytes, c.Methods[name]); w > p.LargestStream {
 			p.LargestStream, p.LargestStreamMethod = w, name
 		}
 	}
