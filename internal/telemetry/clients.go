@@ -57,8 +57,8 @@ type secondStats struct {
 	requests, items, errors        int64
 	rejections                     int64
 	fromCache, fromStore, notFound int64
-	refused                        [6]int64  // by reasonIndex: RejectionReasons, then other
-	latency                        [14]int64 // len(latencyBounds)+1; the last is +Inf
+	refused                        [len(rejectionReasons) + 1]int64 // by reasonIndex: RejectionReasons, then other
+	latency                        [14]int64                        // len(latencyBounds)+1; the last is +Inf
 }
 
 // reasonIndex is a rejection reason's place in secondStats.refused.

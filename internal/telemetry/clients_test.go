@@ -127,6 +127,8 @@ sluice_rejections_total{client="feed",method="GetPostRecords",reason="shape",ser
 # TYPE sluice_rejected_items_total counter
 sluice_rejected_items_total{client="feed",method="GetPostRecords",reason="deadline",service="sluice.v1.PostRecords"} 10
 sluice_rejected_items_total{client="feed",method="GetPostRecords",reason="identity",service="sluice.v1.PostRecords"} 0
+sluice_rejected_items_total{client="feed",method="GetPostRecords",reason="memory",service="sluice.v1.PostRecords"} 0
+sluice_rejected_items_total{client="feed",method="GetPostRecords",reason="memory_share",service="sluice.v1.PostRecords"} 0
 sluice_rejected_items_total{client="feed",method="GetPostRecords",reason="other",service="sluice.v1.PostRecords"} 10
 sluice_rejected_items_total{client="feed",method="GetPostRecords",reason="overload",service="sluice.v1.PostRecords"} 0
 sluice_rejected_items_total{client="feed",method="GetPostRecords",reason="quota",service="sluice.v1.PostRecords"} 0

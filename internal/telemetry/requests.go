@@ -21,7 +21,11 @@ import (
 // reason outside it is counted as "other". Every reason gets a series (at
 // zero) as soon as a client calls a method, so dashboards and alerts see
 // a flat line instead of no data.
-var RejectionReasons = []string{guard.ReasonShape, guard.ReasonQuota, guard.ReasonOverload, guard.ReasonDeadline, guard.ReasonIdentity, guard.ReasonMemory, guard.ReasonMemoryShare}
+var RejectionReasons = rejectionReasons[:]
+
+// rejectionReasons is RejectionReasons as an array, whose length sizes the
+// per-reason counters.
+var rejectionReasons = [...]string{guard.ReasonShape, guard.ReasonQuota, guard.ReasonOverload, guard.ReasonDeadline, guard.ReasonIdentity, guard.ReasonMemory, guard.ReasonMemoryShare}
 
 // rejectionCodes is the gRPC code a rejection is answered with, by reason.
 var rejectionCodes = map[string]codes.Code{
