@@ -25,6 +25,7 @@ func parseServe(args []string) (serveFlags, error) {
 	maxConns := fs.Int("memcached-max-conns", def.Cache.MaxConnsPerServer, "hard cap on connections (in use + idle) per memcached server")
 	configPath := fs.String("config", "", "YAML config file (policies per method, cache TTLs, client list, admission budgets; SIGHUP reloads the budgets)")
 	storeDelay := fs.Duration("store-read-delay", 0, "add this latency to every store read, to rehearse a remote store's latency with the embedded one (load tests)")
+	nearTTL := fs.Duration("near-cache-ttl", -1, "how long a hot record is answered from process memory after memcached returned it; the staleness bound after a write on another replica (0: off; default: the config file's, else 1s)")
 	drain := fs.Duration("drain-timeout", def.DrainTimeout, "how long SIGTERM waits for in-flight requests")
 	otlp := fs.String("otlp-endpoint", "", "OTLP/gRPC collector for traces (host:port, plaintext, or a URL); empty: tracing off")
 	ratio := fs.Float64("trace-sample-ratio", -1, "share of new traces sampled, 0 to 1 (default: the config file's, else 0.01)")
@@ -51,6 +52,9 @@ func parseServe(args []string) (serveFlags, error) {
 	}
 	if *ratio != -1 {
 		cfg.Telemetry.TraceSampleRatio = *ratio
+	}
+	if *nearTTL != -1 {
+		cfg.Near.TTL = *nearTTL
 	}
 	cfg.StoreReadDelay = *storeDelay
 	if memLimit != 0 {

@@ -26,6 +26,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/identity"
 	"github.com/sluice-dev/sluice/internal/journal"
+	"github.com/sluice-dev/sluice/internal/nearcache"
 	"github.com/sluice-dev/sluice/internal/opthread"
 	"github.com/sluice-dev/sluice/internal/posts"
 	"github.com/sluice-dev/sluice/internal/records"
@@ -46,10 +47,13 @@ const storeOpenTimeout = 30 * time.Second
 
 // App is one assembled sluice server.
 type App struct {
-	cfg       Config
-	log       *slog.Logger
-	Store     store.Store
-	Cache     *cache.Cache
+	cfg   Config
+	log   *slog.Logger
+	Store store.Store
+	Cache *cache.Cache
+	// Near is the in-process near cache in front of Cache; the read path
+	// goes through it (it passes every read to Cache when its TTL is 0).
+	Near      *nearcache.Cache
 	Telemetry *telemetry.Telemetry
 	Tracing   *telemetry.Tracing
 	Posts     *posts.Service
@@ -135,8 +139,12 @@ func (a *App) build() error {
 		return err
 	}
 	a.closers = append(a.closers, a.Cache.Close)
+	if a.Near, err = nearcache.New(a.cfg.Near, a.Cache); err != nil {
+		return err
+	}
+	a.closers = append(a.closers, a.Near.Close)
 	if jr != nil {
-		a.Follower = journal.New(a.followerConfig(jr), jr, a.Cache, a.cfg.journalOrigin, journal.WithLogger(a.log))
+		a.Follower = journal.New(a.followerConfig(jr), jr, followerCache{a.Cache, a.Near}, a.cfg.journalOrigin, journal.WithLogger(a.log))
 	}
 	if a.Telemetry, err = telemetry.New(a.cfg.Telemetry); err != nil {
 		return err
@@ -165,7 +173,7 @@ func (a *App) build() error {
 	if err != nil {
 		return err
 	}
-	a.Posts = posts.New(aturi.PostCollection, a.Cache, instrumented, posts.DefaultWriteLimits(),
+	a.Posts = posts.New(aturi.PostCollection, a.Near, instrumented, posts.DefaultWriteLimits(),
 		posts.WithTracerProvider(tp), posts.WithLogger(a.log), a.afterStoreWrite())
 	if err := a.Guard.Register(&sluicev1.PostRecords_ServiceDesc, rpc.NewPostRecords(a.Posts, requests).WithLimits(a.Guard)); err != nil {
 		return err
@@ -209,6 +217,9 @@ func (a *App) observe() error {
 	if err := a.Telemetry.ObserveCacheLimit(a.cfg.Cache.MaxConnsPerServer, a.cfg.Cache.Servers); err != nil {
 		return err
 	}
+	if err := a.Telemetry.ObserveNearCache(a.Near.Stats); err != nil {
+		return err
+	}
 	if err := a.Telemetry.ObserveSockets(a.cfg.Cache.Servers); err != nil {
 		return err
 	}
@@ -248,7 +259,7 @@ func (a *App) registerBsky(st store.Store, requests *telemetry.Requests) error {
 	for _, c := range bskyrpc.Collections() {
 		services[c] = a.Posts
 		if c != a.Posts.Collection() {
-			services[c] = posts.New(c, a.Cache, st, posts.DefaultWriteLimits(), posts.WithLogger(a.log))
+			services[c] = posts.New(c, a.Near, st, posts.DefaultWriteLimits(), posts.WithLogger(a.log))
 		}
 	}
 	threads := posts.New(opthread.Collection, a.Cache, st, posts.WriteLimits{MaxRecordBytes: records.MaxIndexBytes}, posts.WithLogger(a.log))
@@ -383,4 +394,23 @@ func (a *App) admissionState() telemetry.AdmissionState {
 		ItemLimit: s.Capacity, MinItemLimit: s.MinItems, MaxItemLimit: s.MaxItems,
 		ItemsInUse: s.InUse, Waiting: s.Waiting, Shed: s.Shed,
 	}
+}
+
+// followerCache is what the journal follower invalidates: memcached, and
+// this replica's near cache, so that a change another replica made is
+// forgotten here as soon as the follower reads it, not only when the near
+// cache's TTL ends.
+type followerCache struct {
+	*cache.Cache
+	near *nearcache.Cache
+}
+
+func (f followerCache) Invalidate(ctx context.Context, uris []string) error {
+	return f.near.Invalidate(ctx, uris)
+}
+
+func (f followerCache) DropOn(ctx context.Context, addr string, uris []string) error {
+	err := f.Cache.DropOn(ctx, addr, uris)
+	f.near.Forget(uris)
+	return err
 }

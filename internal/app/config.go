@@ -16,6 +16,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/guard/budget"
 	"github.com/sluice-dev/sluice/internal/identity"
 	"github.com/sluice-dev/sluice/internal/journal"
+	"github.com/sluice-dev/sluice/internal/nearcache"
 	"github.com/sluice-dev/sluice/internal/rpc"
 	"github.com/sluice-dev/sluice/internal/store/cqlstore"
 	"github.com/sluice-dev/sluice/internal/telemetry"
@@ -32,6 +33,14 @@ type fileConfig struct {
 	TLS       identity.TLSConfig `yaml:"tls"`
 	Journal   journal.Config     `yaml:"journal"`
 	SLO       telemetry.SLO      `yaml:"slo"`
+	NearCache nearFile           `yaml:"near_cache"`
+}
+
+// nearFile holds the near cache settings a file may change; a field left
+// out keeps its default, and ttl: 0 turns the near cache off.
+type nearFile struct {
+	TTL      *time.Duration `yaml:"ttl"`
+	MaxBytes *int64         `yaml:"max_bytes"`
 }
 
 // cacheFile holds the cache settings a file may change; servers and the
@@ -69,6 +78,8 @@ type Config struct {
 	// SLO states the availability and latency objectives the burn-rate
 	// alerts of deploy/prometheus hold sluice to.
 	SLO telemetry.SLO
+	// Near is the in-process near cache in front of memcached.
+	Near nearcache.Config
 
 	// AfterStoreWrite, when set, is called with a write's URIs between
 	// the store write and the cache invalidation: a test hook for a crash
@@ -92,6 +103,7 @@ func DefaultConfig() Config {
 		Telemetry:    telemetry.DefaultConfig(),
 		CQL:          cqlstore.DefaultConfig(),
 		SLO:          telemetry.DefaultSLO(),
+		Near:         nearcache.DefaultConfig(),
 	}
 	for name, p := range rpc.DefaultPolicies() {
 		cfg.Guard.Methods[name] = p
@@ -118,6 +130,12 @@ func (c *Config) LoadFile(path string) error {
 	c.TLS = f.TLS
 	c.Journal = overlayJournal(c.Journal, f.Journal)
 	c.SLO = c.SLO.Merge(f.SLO)
+	if f.NearCache.TTL != nil {
+		c.Near.TTL = *f.NearCache.TTL
+	}
+	if f.NearCache.MaxBytes != nil {
+		c.Near.MaxBytes = *f.NearCache.MaxBytes
+	}
 	return nil
 }
 
@@ -206,6 +224,9 @@ func (c Config) Validate() error {
 		errs = append(errs, err)
 	}
 	if err := c.Journal.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Near.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if need := c.longestEntry() + c.Cache.TombstoneTTL; c.Journal.Enabled && c.Journal.WithDefaults().Retention < need {

@@ -1,0 +1,249 @@
+// Package nearcache keeps the entries read most often in process memory,
+// in front of the shared cache, for a short time, so that a hot key is
+// answered without a memcached round trip.
+//
+// It owns one bounded in-memory cache (otter: W-TinyLFU, so a key read
+// once passes through a small window and stays only if its read frequency
+// beats the entry it would evict), the byte cap, the TTL, and the rule
+// that a write on this replica is never followed by a read of the old
+// value from memory: Invalidate and Forget drop the key, and an answer
+// from the shared cache that was fetched before a concurrent Invalidate is
+// not kept. It refuses what it cannot keep honest: entries come only from
+// the shared cache (after the read path has filled it), never from the
+// store directly, and writes on other replicas are seen only when the
+// entry expires (at most TTL later) or when the journal follower forgets
+// it. It knows nothing of records: keys are URIs, values cache.Entry.
+package nearcache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"sync/atomic"
+	"time"
+
+	"github.com/maypok86/otter/v2"
+	"github.com/maypok86/otter/v2/stats"
+	"github.com/sluice-dev/sluice/internal/cache"
+)
+
+// Config configures a Cache.
+type Config struct {
+	// TTL is how long an entry is served from memory after it was read
+	// from the shared cache; it bounds how stale a read can be after a
+	// write on another replica. 0 turns the near cache off: every read
+	// reaches the shared cache. Default 1s.
+	TTL time.Duration `yaml:"ttl"`
+	// MaxBytes caps the bytes held: keys, values and a fixed per-entry
+	// overhead. Default 64 MiB.
+	MaxBytes int64 `yaml:"max_bytes"`
+}
+
+// DefaultConfig returns the defaults: a 1 s TTL and a 64 MiB cap.
+func DefaultConfig() Config { return Config{TTL: time.Second, MaxBytes: 64 << 20} }
+
+// Limits of Config's fields.
+const (
+	MaxTTL      = time.Minute
+	minMaxBytes = 1 << 20
+	maxMaxBytes = 1 << 40
+)
+
+// Validate reports every invalid field, naming it, the rule and the value.
+func (c Config) Validate() error {
+	var errs []error
+	if c.TTL < 0 || c.TTL > MaxTTL {
+		errs = append(errs, fmt.Errorf("near_cache.ttl: must be between 0 (off) and %v, got %v", MaxTTL, c.TTL))
+	}
+	if c.TTL > 0 && (c.MaxBytes < minMaxBytes || c.MaxBytes > maxMaxBytes) {
+		errs = append(errs, fmt.Errorf("near_cache.max_bytes: must be between %d and %d, got %d", minMaxBytes, int64(maxMaxBytes), c.MaxBytes))
+	}
+	return errors.Join(errs...)
+}
+
+// Enabled reports whether the config turns the near cache on.
+func (c Config) Enabled() bool { return c.TTL > 0 }
+
+// entryOverhead is what an entry costs beyond its key and value bytes:
+// the map slot, the node with its links and expiry, the slice headers.
+const entryOverhead = 128
+
+// Shared is the cache in front of which a near cache sits; *cache.Cache
+// is one.
+type Shared interface {
+	GetMulti(ctx context.Context, uris []string) map[string]cache.Entry
+	Fill(ctx context.Context, entries map[string]cache.Entry)
+	Invalidate(ctx context.Context, uris []string) error
+}
+
+// generations is the number of write counters keys are hashed onto.
+const generations = 4096
+
+// Cache is a near cache in front of a Shared cache; it has the same
+// methods, so the read path uses it in place of the shared one. It is
+// safe for concurrent use.
+type Cache struct {
+	shared Shared
+	mem    *otter.Cache[string, cache.Entry] // nil when off
+	counts *stats.Counter
+	// overflows counts entries evicted for the byte cap.
+	overflows atomic.Uint64
+	seed      maphash.Seed
+	// gens counts invalidations per hash slot of the key: a read from the
+	// shared cache keeps its answer only if its key's counter did not
+	// move while it was in flight.
+	gens [generations]atomic.Uint64
+}
+
+// New returns a near cache in front of shared. cfg must be valid.
+func New(cfg Config, shared Shared) (*Cache, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	c := &Cache{shared: shared, seed: maphash.MakeSeed()}
+	if !cfg.Enabled() {
+		return c, nil
+	}
+	c.counts = stats.NewCounter()
+	mem, err := otter.New(&otter.Options[string, cache.Entry]{
+		MaximumWeight:    uint64(cfg.MaxBytes),
+		Weigher:          weigh,
+		ExpiryCalculator: otter.ExpiryWriting[string, cache.Entry](cfg.TTL),
+		StatsRecorder:    c.counts,
+		OnAtomicDeletion: func(e otter.DeletionEvent[string, cache.Entry]) {
+			if e.Cause == otter.CauseOverflow {
+				c.overflows.Add(1)
+			}
+		},
+		// Maintenance runs on the goroutine that reads or writes, under
+		// the cache's try-lock: no goroutine per operation, and the cap
+		// is enforced before a write returns.
+		Executor: func(fn func()) { fn() },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("nearcache: %w", err)
+	}
+	c.mem = mem
+	return c, nil
+}
+
+func weigh(key string, e cache.Entry) uint32 {
+	return uint32(min(len(key)+len(e.Value)+entryOverhead, 1<<31))
+}
+
+// GetMulti answers what it holds from memory and asks the shared cache
+// for the rest, keeping those answers for the TTL.
+func (c *Cache) GetMulti(ctx context.Context, uris []string) map[string]cache.Entry {
+	if c.mem == nil {
+		return c.shared.GetMulti(ctx, uris)
+	}
+	out := make(map[string]cache.Entry, len(uris))
+	var misses []string
+	var before []uint64
+	for _, uri := range uris {
+		if e, ok := c.mem.GetIfPresent(uri); ok {
+			out[uri] = e
+			continue
+		}
+		misses = append(misses, uri)
+		before = append(before, c.gen(uri).Load())
+	}
+	if len(misses) == 0 {
+		return out
+	}
+	got := c.shared.GetMulti(ctx, misses)
+	for i, uri := range misses {
+		e, ok := got[uri]
+		if !ok {
+			continue
+		}
+		out[uri] = e
+		c.keep(uri, e, before[i])
+	}
+	return out
+}
+
+// keep stores e unless an invalidation of uri began after the read that
+// returned e did. Checking after the store closes the race with an
+// Invalidate between the check and the store: either this check sees the
+// counter moved, or that Invalidate's delete comes after this store.
+func (c *Cache) keep(uri string, e cache.Entry, before uint64) {
+	g := c.gen(uri)
+	if g.Load() != before {
+		return
+	}
+	c.mem.Set(uri, e)
+	if g.Load() != before {
+		c.mem.Invalidate(uri)
+	}
+}
+
+// Fill refills the shared cache; the near cache keeps only what it reads
+// back from the shared cache, so a key enters memory on its second read.
+func (c *Cache) Fill(ctx context.Context, entries map[string]cache.Entry) {
+	c.shared.Fill(ctx, entries)
+}
+
+// Invalidate invalidates uris in the shared cache, then forgets them here
+// whether or not the shared cache answered: a write on this replica is
+// never followed by a read of the old value from memory.
+func (c *Cache) Invalidate(ctx context.Context, uris []string) error {
+	err := c.shared.Invalidate(ctx, uris)
+	c.Forget(uris)
+	return err
+}
+
+// Forget drops uris from memory (and makes reads already in flight for
+// them not keep their answers), leaving the shared cache alone: for
+// invalidations that reached the shared cache some other way.
+func (c *Cache) Forget(uris []string) {
+	if c.mem == nil {
+		return
+	}
+	for _, uri := range uris {
+		c.gen(uri).Add(1)
+		c.mem.Invalidate(uri)
+	}
+}
+
+func (c *Cache) gen(uri string) *atomic.Uint64 {
+	return &c.gens[maphash.String(c.seed, uri)%generations]
+}
+
+// Stats are the near cache's figures since New.
+type Stats struct {
+	Enabled   bool
+	Hits      uint64
+	Misses    uint64
+	Evictions uint64 // entries dropped to stay under the byte cap
+	Expired   uint64 // entries dropped at the end of their TTL
+	Bytes     uint64 // weighed bytes held now
+	MaxBytes  uint64
+}
+
+// Stats returns the current figures.
+func (c *Cache) Stats() Stats {
+	if c.mem == nil {
+		return Stats{}
+	}
+	s := c.counts.Snapshot()
+	return Stats{
+		Enabled:   true,
+		Hits:      s.Hits,
+		Misses:    s.Misses,
+		Evictions: c.overflows.Load(),
+		Expired:   s.Evictions - min(s.Evictions, c.overflows.Load()),
+		Bytes:     c.mem.WeightedSize(),
+		MaxBytes:  c.mem.GetMaximum(),
+	}
+}
+
+// Close stops the cache's periodic clean-up goroutine. The Cache still
+// answers afterwards, from the shared cache and from memory.
+func (c *Cache) Close() error {
+	if c.mem != nil {
+		c.mem.StopAllGoroutines()
+	}
+	return nil
+}

@@ -1,0 +1,226 @@
+package nearcache
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/cache"
+	"github.com/sluice-dev/sluice/internal/guard/fanout"
+	"github.com/sluice-dev/sluice/internal/testenv"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func testContext(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return fanout.WithLimit(ctx, 8)
+}
+
+// sharedCache returns a memcached-backed cache closed when the test ends.
+func sharedCache(t *testing.T) *cache.Cache {
+	t.Helper()
+	cfg := cache.DefaultConfig()
+	cfg.Servers = []string{testenv.SharedMemcached(t)}
+	cfg.Timeout = time.Second
+	c, err := cache.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func newNear(t *testing.T, cfg Config, shared Shared) *Cache {
+	t.Helper()
+	c, err := New(cfg, shared)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func uniqueURIs(t *testing.T, n int) []string {
+	uris := make([]string, n)
+	stamp := time.Now().UnixNano()
+	for i := range uris {
+		uris[i] = fmt.Sprintf("at://did:plc:near%d/app.bsky.feed.post/%s%d", stamp, t.Name(), i)
+	}
+	return uris
+}
+
+func sharedHits(c *cache.Cache) int64 {
+	var n int64
+	for _, s := range c.Stats() {
+		n += s.Hits
+	}
+	return n
+}
+
+// Tests that with TTL 0 every read reaches memcached, and (the control)
+// that with a TTL most repeated reads do not.
+func TestTTLZeroEveryReadReachesMemcached(t *testing.T) {
+	ctx := testContext(t)
+	for _, tc := range []struct {
+		ttl     time.Duration
+		wantAll bool
+	}{{0, true}, {MaxTTL, false}} {
+		shared := sharedCache(t)
+		uri := uniqueURIs(t, 1)
+		shared.Fill(ctx, map[string]cache.Entry{uri[0]: {Value: []byte("v1")}})
+		near := newNear(t, Config{TTL: tc.ttl, MaxBytes: 1 << 20}, shared)
+		const reads = 20
+		before := sharedHits(shared)
+		for i := range reads {
+			if got := near.GetMulti(ctx, uri); string(got[uri[0]].Value) != "v1" {
+				t.Fatalf("ttl %v: read %d = %+v, want v1", tc.ttl, i, got)
+			}
+		}
+		hits := sharedHits(shared) - before
+		switch {
+		case tc.wantAll && hits != reads:
+			t.Errorf("ttl 0: %d reads reached memcached %d times, want every one", reads, hits)
+		case !tc.wantAll && hits >= reads:
+			t.Errorf("ttl %v: %d reads reached memcached %d times; the near cache answered none", tc.ttl, reads, hits)
+		}
+	}
+}
+
+// Tests that the bytes held (counted from the entries themselves, not
+// from the weigher) never exceed MaxBytes while far more is read, and
+// that the cap was reached (entries were evicted), so the bound was
+// tested.
+func TestBytesStayUnderTheCap(t *testing.T) {
+	ctx := testContext(t)
+	shared := sharedCache(t)
+	const maxBytes = 1 << 20
+	near := newNear(t, Config{TTL: MaxTTL, MaxBytes: maxBytes}, shared)
+	uris := uniqueURIs(t, 400)
+	fills := map[string]cache.Entry{}
+	for i, uri := range uris {
+		fills[uri] = cache.Entry{Value: bytes.Repeat([]byte{'x'}, 2<<10+i*16)} // 2–8 KiB each, 2 MiB in all
+	}
+	shared.Fill(ctx, fills)
+	for pass := range 3 {
+		for i := 0; i < len(uris); i += 20 {
+			near.GetMulti(ctx, uris[i:i+20])
+			if held := heldBytes(near); held > maxBytes {
+				t.Fatalf("pass %d, after %d keys: %d bytes held, over the %d cap", pass, i+20, held, maxBytes)
+			}
+		}
+	}
+	st := near.Stats()
+	if st.Evictions == 0 || heldBytes(near) < maxBytes/2 {
+		t.Fatalf("the cap was never reached (stats %+v, held %d): the test proves nothing", st, heldBytes(near))
+	}
+	if st.Bytes > st.MaxBytes {
+		t.Errorf("stats report %d bytes, over the %d cap", st.Bytes, st.MaxBytes)
+	}
+}
+
+func heldBytes(c *Cache) int {
+	n := 0
+	for k, e := range c.mem.All() {
+		n += len(k) + len(e.Value)
+	}
+	return n
+}
+
+// gatedShared holds a GetMulti after the shared cache answered, until
+// released: the instant a concurrent write cannot be timed into with a
+// real server alone.
+type gatedShared struct {
+	*cache.Cache
+	answered chan struct{}
+	release  chan struct{}
+}
+
+func (g *gatedShared) GetMulti(ctx context.Context, uris []string) map[string]cache.Entry {
+	got := g.Cache.GetMulti(ctx, uris)
+	if g.answered != nil {
+		close(g.answered)
+		g.answered = nil
+		<-g.release
+	}
+	return got
+}
+
+// Tests that a read which fetched the old value from memcached before an
+// Invalidate does not keep it in memory after the Invalidate returned.
+func TestReadInFlightDuringInvalidateDoesNotKeepTheOldValue(t *testing.T) {
+	ctx := testContext(t)
+	shared := &gatedShared{Cache: sharedCache(t), answered: make(chan struct{}), release: make(chan struct{})}
+	near := newNear(t, Config{TTL: MaxTTL, MaxBytes: 1 << 20}, shared)
+	uri := uniqueURIs(t, 1)
+	shared.Fill(ctx, map[string]cache.Entry{uri[0]: {Value: []byte("old")}})
+
+	answered := shared.answered
+	done := make(chan map[string]cache.Entry)
+	go func() { done <- near.GetMulti(ctx, uri) }()
+	<-answered // the read holds "old"
+	if err := near.Invalidate(ctx, uri); err != nil {
+		t.Fatal(err)
+	}
+	close(shared.release)
+	if got := <-done; string(got[uri[0]].Value) != "old" {
+		t.Fatalf("the slow read returned %+v, want the old value it fetched", got)
+	}
+	shared.Fill(ctx, map[string]cache.Entry{uri[0]: {Value: []byte("new")}}) // blocked by the tombstone
+	if got, ok := near.GetMulti(ctx, uri)[uri[0]]; ok {
+		t.Fatalf("read after Invalidate returned %q; the old value was kept in memory", got.Value)
+	}
+}
+
+// Tests that Invalidate forgets a key held in memory even when the shared
+// cache cannot be reached.
+func TestInvalidateForgetsWhenMemcachedIsDown(t *testing.T) {
+	ctx := testContext(t)
+	mc := testenv.StartMemcached(t)
+	cfg := cache.DefaultConfig()
+	cfg.Servers, cfg.Timeout = []string{mc.Addr()}, 200*time.Millisecond
+	shared, err := cache.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { shared.Close() })
+	near := newNear(t, Config{TTL: MaxTTL, MaxBytes: 1 << 20}, shared)
+	uri := uniqueURIs(t, 1)
+	shared.Fill(ctx, map[string]cache.Entry{uri[0]: {Value: []byte("old")}})
+	near.GetMulti(ctx, uri)
+	if _, ok := near.mem.GetIfPresent(uri[0]); !ok {
+		t.Fatal("the entry read from memcached is not held in memory")
+	}
+	mc.Stop()
+	if err := near.Invalidate(ctx, uri); err == nil {
+		t.Fatal("Invalidate with memcached stopped reported no error")
+	}
+	if got, ok := near.GetMulti(ctx, uri)[uri[0]]; ok {
+		t.Fatalf("read after a failed Invalidate returned %q from memory", got.Value)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want string
+	}{
+		{DefaultConfig(), ""},
+		{Config{TTL: 0}, ""},
+		{Config{TTL: -time.Second, MaxBytes: 1 << 20}, "near_cache.ttl"},
+		{Config{TTL: 2 * time.Minute, MaxBytes: 1 << 20}, "near_cache.ttl"},
+		{Config{TTL: time.Second, MaxBytes: 10}, "near_cache.max_bytes: must be between 1048576"},
+	} {
+		err := tc.cfg.Validate()
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%+v: %v", tc.cfg, err)
+		case tc.want != "" && (err == nil || !bytes.Contains([]byte(err.Error()), []byte(tc.want))):
+			t.Errorf("%+v: err = %v, want it to mention %q", tc.cfg, err, tc.want)
+		}
+	}
+}
