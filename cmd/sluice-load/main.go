@@ -58,7 +58,7 @@ func (s *sloFlags) Set(v string) error { *s = append(*s, v); return nil }
 // flags are the parsed command line.
 type flags struct {
 	target, scenarioFile, preset, uris string
-	missing                            float64
+	missing, skew                      float64
 	duration                           time.Duration
 	without                            string
 	rates                              string
@@ -95,6 +95,7 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.replay, "replay", "", "JSONL trace to send instead of the scenario's schedule")
 	fs.Float64Var(&f.speed, "speed", 1, "replay speed factor (2 sends twice as fast)")
 	fs.StringVar(&f.record, "record", "", "write every scheduled request to this JSONL trace")
+	fs.Float64Var(&f.skew, "skew", -1, "draw URIs zipf-distributed over the URI file's order with this exponent (> 1, e.g. 1.1: hot keys), 0 uniformly; overrides the scenario's")
 	fs.BoolVar(&f.recordURIs, "record-uris", true, "keep URIs in the recorded trace (false: batch sizes only)")
 	fs.StringVar(&f.metrics, "metrics", "http://127.0.0.1:8080/metrics", "server /metrics URL for vital signs (empty: none)")
 	fs.IntVar(&f.serverPID, "server-pid", 0, "server pid on this machine: read OS threads and RSS from /proc")
@@ -317,6 +318,14 @@ func buildScenario(f *flags) (scenario.Scenario, error) {
 	}
 	if f.missing >= 0 {
 		s.URIs.Missing = f.missing
+	}
+	if f.skew >= 0 {
+		s.URIs.Skew = f.skew
+		for i := range s.Clients {
+			if c := &s.Clients[i]; c.URIs != nil {
+				c.URIs.Skew = f.skew
+			}
+		}
 	}
 	return s, nil
 }

@@ -31,7 +31,7 @@ func buildPlans(opts Options) ([]plan, error) {
 		seed := s.Seed*1_000_003 + uint64(i)
 		pacer := scenario.NewPacer(s, c)
 		sizer := scenario.NewSizer(c.Batch, seed)
-		picker := scenario.NewPicker(uris, src.Missing, seed)
+		picker := newPicker(uris, src, seed)
 		plans = append(plans, plan{client: c, next: func() (request, bool) {
 			off, ok := pacer.Next()
 			if !ok {
@@ -112,7 +112,15 @@ func replayPicker(s scenario.Scenario, c scenario.Client, entries []trace.Entry,
 	if err != nil {
 		return nil, err
 	}
-	return scenario.NewPicker(uris, src.Missing, seed), nil
+	return newPicker(uris, src, seed), nil
+}
+
+func newPicker(uris []string, src scenario.URISource, seed uint64) *scenario.Picker {
+	p := scenario.NewPicker(uris, src.Missing, seed)
+	if src.Skew != 0 {
+		p.WithSkew(src.Skew)
+	}
+	return p
 }
 
 func cmpFloat(a, b float64) int {

@@ -104,13 +104,15 @@ func (s *Sizer) Next() int {
 	panic("scenario: Sizer of an invalid batch " + s.b.Dist)
 }
 
-// Picker draws URIs: existing ones uniformly from a list, each replaced
-// with probability Missing by a well-formed URI of a post that does not
-// exist. It is not safe for concurrent use.
+// Picker draws URIs: existing ones from a list, uniformly or (WithSkew)
+// zipf-distributed over the list's order, each replaced with probability
+// Missing by a well-formed URI of a post that does not exist. It is not
+// safe for concurrent use.
 type Picker struct {
 	uris    []string
 	missing float64
 	rng     *rand.Rand
+	zipf    *rand.Zipf // nil: uniform
 	gen     *synth.Generator
 }
 
@@ -124,12 +126,23 @@ func NewPicker(uris []string, missing float64, seed uint64) *Picker {
 	}
 }
 
+// WithSkew makes p draw the list's i-th URI with probability
+// proportional to 1/(i+1)^s; s must be above 1. It returns p.
+func (p *Picker) WithSkew(s float64) *Picker {
+	p.zipf = rand.NewZipf(p.rng, s, 1, uint64(len(p.uris)-1))
+	return p
+}
+
 // Pick returns n URIs.
 func (p *Picker) Pick(n int) []string {
 	out := make([]string, n)
 	for i := range out {
 		if p.missing > 0 && p.rng.Float64() < p.missing {
 			out[i] = p.gen.MissingURI()
+			continue
+		}
+		if p.zipf != nil {
+			out[i] = p.uris[p.zipf.Uint64()]
 			continue
 		}
 		out[i] = p.uris[p.rng.IntN(len(p.uris))]

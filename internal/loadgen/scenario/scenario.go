@@ -41,6 +41,7 @@ const (
 const (
 	MaxBatch = 1_000_000
 	MaxRate  = 100_000
+	MaxSkew  = 10
 )
 
 // Scenario is one load run.
@@ -108,11 +109,15 @@ type Batch struct {
 }
 
 // URISource is a file of existing URIs, one per line (what
-// `sluice seed --uris-out` writes), and the share of drawn URIs that are
-// replaced by well-formed URIs of posts that do not exist.
+// `sluice seed --uris-out` writes), the share of drawn URIs that are
+// replaced by well-formed URIs of posts that do not exist, and how the
+// existing ones are drawn: uniformly (Skew 0) or zipf-distributed over
+// the file's order with exponent Skew (> 1; 1.1 is a viral-post-heavy
+// feed: the first URI of 50,000 is drawn about 10 % of the time).
 type URISource struct {
 	File    string  `yaml:"file"`
 	Missing float64 `yaml:"missing"`
+	Skew    float64 `yaml:"skew"`
 }
 
 // Defaults applied by Normalize.
@@ -244,6 +249,9 @@ func (s Scenario) validateClient(c Client) []error {
 		errs = append(errs, errors.New("no URI file; set uris.file (the file `sluice seed --uris-out` wrote) or pass --uris"))
 	} else if src.Missing < 0 || src.Missing > 1 {
 		errs = append(errs, fmt.Errorf("uris.missing must be a share between 0 and 1, got %v", src.Missing))
+	}
+	if src := s.ClientURIs(c); src.Skew != 0 && (src.Skew <= 1 || src.Skew > MaxSkew) {
+		errs = append(errs, fmt.Errorf("uris.skew (the zipf exponent over the URI file) must be 0 (uniform) or above 1 and at most %v, got %v", float64(MaxSkew), src.Skew))
 	}
 	return errs
 }

@@ -1,6 +1,7 @@
 package scenario
 
 import (
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -88,6 +89,7 @@ func TestValidateNamesTheProblem(t *testing.T) {
 		{"rate too high", func(s *Scenario) { s.Clients[0].Rate = 1e9 }, "rate must be in (0, 100000]"},
 		{"batch too big", func(s *Scenario) { s.Clients[0].Batch.Size = 2_000_000 }, "batch.size must be in [1, 1000000]"},
 		{"zipf exponent", func(s *Scenario) { s.Clients[0].Batch = Batch{Dist: Zipf, Min: 1, Max: 5, S: 1} }, "must be > 1"},
+		{"uri skew", func(s *Scenario) { s.URIs.Skew = 1 }, "uris.skew (the zipf exponent over the URI file) must be 0 (uniform) or above 1 and at most 10, got 1"},
 		{"min over max", func(s *Scenario) { s.Clients[0].Batch = Batch{Dist: Uniform, Min: 9, Max: 5} }, "exceeds batch.max"},
 		{"unknown dist", func(s *Scenario) { s.Clients[0].Batch = Batch{Dist: "normal"} }, `"normal" is not one of`},
 		{"single method", func(s *Scenario) {
@@ -174,6 +176,39 @@ func TestPickerMissingShare(t *testing.T) {
 	}
 	if share := float64(missing) / 20_000; math.Abs(share-0.1) > 0.01 {
 		t.Errorf("missing share %.3f, want 0.10", share)
+	}
+}
+
+// Tests that a skewed picker draws the list's i-th URI with probability
+// about (i+1)^-s / H, and (the control) that a uniform one does not favour
+// the first.
+func TestPickerSkew(t *testing.T) {
+	uris := make([]string, 50_000)
+	for i := range uris {
+		uris[i] = fmt.Sprintf("u%d", i)
+	}
+	const s, draws = 1.1, 200_000
+	var h float64
+	for k := 1; k <= len(uris); k++ {
+		h += math.Pow(float64(k), -s)
+	}
+	share := func(p *Picker, uri string) float64 {
+		n := 0
+		for _, u := range p.Pick(draws) {
+			if u == uri {
+				n++
+			}
+		}
+		return float64(n) / draws
+	}
+	for _, rank := range []int{0, 9} {
+		want := math.Pow(float64(rank+1), -s) / h
+		if got := share(NewPicker(uris, 0, 3).WithSkew(s), uris[rank]); math.Abs(got-want) > want*0.1 {
+			t.Errorf("skew %v: URI of rank %d drawn %.4f of the time, want %.4f", s, rank, got, want)
+		}
+	}
+	if got := share(NewPicker(uris, 0, 3), uris[0]); got > 0.001 {
+		t.Errorf("uniform: the first URI drawn %.4f of the time, want about %.5f", got, 1.0/float64(len(uris)))
 	}
 }
 
