@@ -9,6 +9,7 @@ import (
 	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
 	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/guard/budget"
+	"github.com/sluice-dev/sluice/internal/guard/membudget"
 	"github.com/sluice-dev/sluice/internal/posts"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -258,6 +259,9 @@ func TestTrustedBatchSplit(t *testing.T) {
 		// A patient timeout: the test asserts the answer, not its speed.
 		p.Oversize = map[string]guard.Oversize{"indexer": {Mode: guard.OversizeSplit, MaxSplitItems: 25_000, Timeout: time.Minute}}
 		c.Guard.Methods[getManyMethod] = p
+		// The flood test's budget: a split batch fits the memory caps
+		// (its stream reserves for max_split_items, within the share).
+		c.Guard.MemoryLimit = 512 * membudget.MiB
 	})
 	uris := make([]string, 20_000)
 	for i := range uris {

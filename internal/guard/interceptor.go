@@ -53,7 +53,7 @@ func (nopObserver) Rejected(context.Context, Request, string)                   
 func (nopObserver) Finished(context.Context, Request, codes.Code, time.Duration) {}
 
 func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	received(ctx) // the request is decoded: its stream's bytes are gone
+	received(ctx, 0) // the request is decoded: its stream's bytes are gone
 	m, ok := s.methods[info.FullMethod]
 	if !ok {
 		// Health and reflection are not item work; everything else was

@@ -176,8 +176,22 @@ func (c Config) Memory() MemoryPlan {
 	// In name order, so that of methods with the same reservation the
 	// plan (and the start-up error that names it) is always the same one.
 	for _, name := range slices.Sorted(maps.Keys(c.Methods)) {
-		if w := streamReservation(c.MaxRecvMsgBytes, c.Methods[name]); w > p.LargestStream {
+		pol := c.Methods[name]
+		if w := streamReservation(c.MaxRecvMsgBytes, pol, pol.MaxItems); w > p.LargestStream {
 			p.LargestStream, p.LargestStreamMethod = w, name
+		}
+		// A client the policy lets split may send max_split_items: its
+		// streams reserve for that many, so its largest batch must fit
+		// its share too.
+		for _, client := range slices.Sorted(maps.Keys(pol.Oversize)) {
+			o := pol.Oversize[client]
+			if !o.splits() {
+				continue
+			}
+			if w := streamReservation(c.MaxRecvMsgBytes, pol, o.MaxSplitItems); w > p.LargestStream {
+				p.LargestStream = w
+				p.LargestStreamMethod = fmt.Sprintf("%s (client %q, max_split_items %d)", name, client, o.MaxSplitItems)
+			}
 		}
 	}
 	return p
@@ -191,17 +205,18 @@ func cmpOr(a, b membudget.Bytes) membudget.Bytes {
 }
 
 // streamReservation is the most one request stream of a method with
-// policy p can make the process hold: its message, as large as the
-// transport accepts, and the decoded copy of the largest valid batch.
-func streamReservation(maxRecv int, p Policy) membudget.Bytes {
-	return membudget.Bytes(maxRecv) + validRequestBytes(p)
+// policy p, from a caller who may send maxItems items, can make the
+// process hold: its message, as large as the transport accepts, and the
+// decoded copy of the largest valid batch.
+func streamReservation(maxRecv int, p Policy, maxItems int) membudget.Bytes {
+	return membudget.Bytes(maxRecv) + validRequestBytes(p, maxItems)
 }
 
-// validRequestBytes is the wire size of the largest request a policy
-// admits: MaxItems URIs of MaxURILength bytes, each with a tag and a
+// validRequestBytes is the wire size of the largest request of n items a
+// policy admits: n URIs of MaxURILength bytes, each with a tag and a
 // length prefix.
-func validRequestBytes(p Policy) membudget.Bytes {
-	return membudget.Bytes(p.MaxItems) * membudget.Bytes(p.MaxURILength+1+varintLen(p.MaxURILength))
+func validRequestBytes(p Policy, n int) membudget.Bytes {
+	return membudget.Bytes(n) * membudget.Bytes(p.MaxURILength+1+varintLen(p.MaxURILength))
 }
 
 func varintLen(n int) int {
@@ -297,12 +312,12 @@ func (s *Server) tapHandle(ctx context.Context, info *tap.Info) (context.Context
 	}
 	for p := mem.peakStreams.Load(); n > p && !mem.peakStreams.CompareAndSwap(p, n); p = mem.peakStreams.Load() {
 	}
-	w, ok := s.reservation(info.FullMethodName)
+	client := s.tapClient(ctx)
+	w, ok := s.reservation(info.FullMethodName, client)
 	if !ok {
 		context.AfterFunc(ctx, func() { mem.streams.Add(-1) })
 		return ctx, nil
 	}
-	client := s.tapClient(ctx)
 	res, refusal := mem.requests.Reserve(client, w)
 	if refusal != nil {
 		mem.streams.Add(-1)
@@ -317,7 +332,7 @@ func (s *Server) tapHandle(ctx context.Context, info *tap.Info) (context.Context
 		res.Release()
 		mem.streams.Add(-1)
 	})
-	return context.WithValue(ctx, receivingKey{}, res), nil
+	return context.WithValue(ctx, receivingKey{}, &receiving{res: res}), nil
 }
 
 // tapClient names the caller as the interceptor will; a caller that may
@@ -335,9 +350,9 @@ func (s *Server) tapClient(ctx context.Context) string {
 // streaming methods of health and reflection, which are counted as
 // streams only (their messages are read one at a time, each at most
 // max_recv_msg_bytes, on at most max_streams streams).
-func (s *Server) reservation(fullMethod string) (membudget.Bytes, bool) {
+func (s *Server) reservation(fullMethod, client string) (membudget.Bytes, bool) {
 	if m, ok := s.methods[fullMethod]; ok {
-		return streamReservation(s.mem.maxRecv, m.policy), true
+		return streamReservation(s.mem.maxRecv, m.policy, s.maxItemsFor(m, client)), true
 	}
 	for _, prefix := range streamServices {
 		if strings.HasPrefix(fullMethod, prefix) && fullMethod != healthCheck {
@@ -372,12 +387,32 @@ func (mem *memory) refuse(name string, r *membudget.Refusal) error {
 	return overloaded(name, r.Error(), mem.retry)
 }
 
-// received gives back a stream's request-bytes reservation: its message
-// has been counted and dropped, or decoded.
-func received(ctx context.Context) {
-	if res, ok := ctx.Value(receivingKey{}).(*membudget.Reservation); ok {
-		res.Release()
+// received gives back a stream's request-bytes reservation, all but
+// keep bytes (held until the stream ends): its message has been counted
+// and dropped, or decoded.
+func received(ctx context.Context, keep membudget.Bytes) {
+	r, ok := ctx.Value(receivingKey{}).(*receiving)
+	switch {
+	case !ok:
+	case keep > 0:
+		r.kept.Store(true)
+		r.res.Shrink(keep)
+	case !r.kept.Load():
+		r.res.Release()
 	}
+}
+
+// receiving is a stream's request-bytes reservation; kept once part of
+// it is held until the stream ends.
+type receiving struct {
+	res  *membudget.Reservation
+	kept atomic.Bool
+}
+
+// decodedBytes is what a decoded request of n items held in wire bytes
+// takes: the strings' bytes and one string header each.
+func decodedBytes(wire, n int) membudget.Bytes {
+	return membudget.Bytes(wire + n*16)
 }
 
 // MemoryStats is the state of the memory budget's caps.

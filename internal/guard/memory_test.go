@@ -7,6 +7,7 @@ import (
 	"time"
 
 	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
+	"github.com/sluice-dev/sluice/internal/guard/budget"
 	"github.com/sluice-dev/sluice/internal/guard/membudget"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -104,7 +105,7 @@ func tapAs(s *Server, client string) (context.Context, context.CancelFunc, error
 // counted (received) or when the stream ends, whichever is first.
 func TestTapReservesWorstCaseAtStreamStart(t *testing.T) {
 	cfg := memoryConfig(1 * membudget.GiB)
-	w := streamReservation(cfg.MaxRecvMsgBytes, DefaultPolicy())
+	w := streamReservation(cfg.MaxRecvMsgBytes, DefaultPolicy(), DefaultPolicy().MaxItems)
 	cfg.MaxRequestBytes = 3 * w
 	cfg.MaxCallerRequestBytes = 2 * w
 	s := newMemoryServer(t, cfg)
@@ -126,7 +127,7 @@ func TestTapReservesWorstCaseAtStreamStart(t *testing.T) {
 	_, _, err = tapAs(s, "c")
 	assertRefusal(t, "c with the process at its cap", err, codes.Unavailable, "of the process-wide cap")
 
-	received(a1) // a1's message was counted and dropped
+	received(a1, 0) // a1's message was counted and dropped
 	if _, endC, err := tapAs(s, "c"); err != nil {
 		t.Errorf("c after a1's message was counted: %v", err)
 	} else {
@@ -190,6 +191,75 @@ func waitFor(t *testing.T, cond func() bool, what string) {
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("not within 10s: %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// Tests that a caller the policy lets split reserves for its largest
+// batch (max_split_items), not max_items, and keeps the decoded batch
+// reserved until its stream ends; that other callers reserve as before;
+// and that start-up refuses a split batch that could never fit the
+// caller's share, naming the client and max_split_items.
+func TestSplitCallerReservesItsLargestBatch(t *testing.T) {
+	split := func(maxSplit int, share membudget.Bytes) Config {
+		cfg := memoryConfig(512 * membudget.MiB)
+		cfg.MaxCallerRequestBytes = share
+		cfg.Admission = budget.DefaultConfig()
+		cfg.Admission.Clients = map[string]budget.Budget{"indexer": budget.DefaultConfig().Default}
+		p := cfg.Methods["sluice.v1.PostRecords/GetPostRecords"]
+		p.Oversize = map[string]Oversize{"indexer": {Mode: OversizeSplit, MaxSplitItems: maxSplit}}
+		cfg.Methods["sluice.v1.PostRecords/GetPostRecords"] = p
+		return cfg
+	}
+	cfg := split(20_000, 40*membudget.MiB)
+	if err := cfg.Validate(); err != nil {
+		t.Fatalf("20,000-item split in a 40MiB share: %v", err)
+	}
+	wantSplit := 16*membudget.MiB + 20_000*(512+1+2)
+	if p := cfg.Memory(); p.LargestStream != wantSplit || !strings.Contains(p.LargestStreamMethod, `"indexer"`) {
+		t.Errorf("largest stream %v (%s), want %v for indexer's split batch", p.LargestStream, p.LargestStreamMethod, wantSplit)
+	}
+	s := newMemoryServer(t, cfg)
+	ctx, end, err := tapAs(s, "indexer")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.mem.requests.Held("indexer"); got != wantSplit {
+		t.Errorf("indexer's stream reserved %v, want %v", got, wantSplit)
+	}
+	received(ctx, decodedBytes(1_500_000, 20_000))
+	received(ctx, 0) // the interceptor's call: the decoded batch stays reserved
+	if got, want := s.mem.requests.Held("indexer"), decodedBytes(1_500_000, 20_000); got != want {
+		t.Errorf("after decoding indexer holds %v, want the decoded batch's %v until the stream ends", got, want)
+	}
+	end()
+	waitHeld(t, s, "indexer")
+	_, endFeed, err := tapAs(s, "feed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := s.mem.requests.Held("feed"), 16*membudget.MiB+1000*(512+1+2); got != want {
+		t.Errorf("feed's stream reserved %v, want %v", got, want)
+	}
+	endFeed()
+
+	err = split(100_000, 40*membudget.MiB).Validate()
+	for _, want := range []string{`client "indexer", max_split_items 100000`, "max_caller_request_bytes 40MiB"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("100,000-item split in a 40MiB share: %v, want it to name %q", err, want)
+		}
+	}
+}
+
+// waitHeld waits until client holds no request bytes (a stream's end is
+// seen by an AfterFunc).
+func waitHeld(t *testing.T, s *Server, client string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for s.mem.requests.Held(client) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still holds %v after its stream ended", client, s.mem.requests.Held(client))
 		}
 		time.Sleep(time.Millisecond)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 
+	"github.com/sluice-dev/sluice/internal/guard/membudget"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/encoding"
@@ -98,19 +99,27 @@ func (m *method) countFirst(h grpc.MethodHandler, limit func(context.Context) in
 			return nil, err
 		}
 		defer raw.free()
-		if n := m.items.countSlice(raw.data); n > limit(ctx) {
+		n := m.items.countSlice(raw.data)
+		if n > limit(ctx) {
 			raw.free()
-			received(ctx)
+			received(ctx, 0)
 			return h(srv, withCounted(ctx, n), func(any) error { return nil }, interceptor)
 		}
 		// The bytes go back to the pool once decoded, not when the
-		// handler returns: the decoded request holds copies.
+		// handler returns: the decoded request holds copies. A batch
+		// over max_items (one its caller may split) is held decoded
+		// while its pieces wait for admission, outside the item
+		// capacity: that much stays reserved until the stream ends.
+		keep := membudget.Bytes(0)
+		if n > m.policy.MaxItems {
+			keep = decodedBytes(raw.data.Len(), n)
+		}
 		return h(srv, ctx, func(v any) error {
 			buf := raw.data.MaterializeToBuffer(mem.DefaultBufferPool())
 			raw.free()
 			defer func() {
 				buf.Free()
-				received(ctx)
+				received(ctx, keep)
 			}()
 			return decode(buf.ReadOnlyData(), v)
 		}, interceptor)

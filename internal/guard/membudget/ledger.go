@@ -124,18 +124,47 @@ func (l *Ledger) Held(caller string) Bytes {
 type Reservation struct {
 	l      *Ledger
 	caller string
+	mu     sync.Mutex
 	n      int64
-	done   atomic.Bool
+	done   bool
 }
 
 // Release gives the bytes back; only the first call counts, so the
 // early release (the bytes are gone) and the late one (the stream ended)
 // may both run.
 func (r *Reservation) Release() {
-	if r != nil && r.done.CompareAndSwap(false, true) {
-		r.l.release(r.caller, r.n)
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	n, done := r.n, r.done
+	r.done = true
+	r.mu.Unlock()
+	if !done {
+		r.l.release(r.caller, n)
 	}
 }
 
+// Shrink gives back all but keep bytes of the reservation, which holds
+// them until Release: the worst case is gone, what remains is known.
+func (r *Reservation) Shrink(keep Bytes) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	give := r.n - int64(keep)
+	if r.done || give <= 0 {
+		r.mu.Unlock()
+		return
+	}
+	r.n = int64(keep)
+	r.mu.Unlock()
+	r.l.release(r.caller, give)
+}
+
 // Size is the bytes reserved.
-func (r *Reservation) Size() Bytes { return Bytes(r.n) }
+func (r *Reservation) Size() Bytes {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return Bytes(r.n)
+}
