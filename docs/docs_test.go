@@ -149,9 +149,6 @@ func TestMetricsNamedInDocsAreExported(t *testing.T) {
 	srv := apptest.Start(t, apptest.Options{Posts: 20, Configure: func(c *app.Config) {
 		c.CQL = cql
 		c.Telemetry.Clients = []string{"docs"}
-		// The journal's metrics exist only while its follower runs,
-		// which is opt-in.
-		c.Journal.Enabled = true
 	}})
 	ctx := srv.Ctx("docs")
 	if _, err := srv.Client.GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: append(srv.URIRange(0, 5), srv.Missing[0])}); err != nil {
@@ -168,7 +165,7 @@ func TestMetricsNamedInDocsAreExported(t *testing.T) {
 		_, _ = srv.Client.GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: srv.URIRange(i, i+1)})
 	}
 	fams := srv.Metrics()
-	embedded := apptest.Start(t, apptest.Options{Posts: 5, Configure: func(c *app.Config) { c.Journal.Enabled = true }})
+	embedded := apptest.Start(t, apptest.Options{Posts: 5})
 	for name, fam := range embedded.Metrics() {
 		if _, ok := fams[name]; !ok {
 			fams[name] = fam

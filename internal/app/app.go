@@ -121,7 +121,7 @@ func (a *App) build() error {
 		a.cqlStats = cql.Stats
 	}
 	jr, _ := a.Store.(store.Journal)
-	if !a.cfg.Journal.Enabled {
+	if a.cfg.Journal.Disabled {
 		jr = nil
 	}
 	if a.cfg.StoreReadDelay > 0 {

@@ -128,9 +128,6 @@ func startTwoClientServer(t *testing.T) *testServer {
 	// want of time.
 	ts := startServer(t, 4000, withPatientBatches(30*time.Second, func(c *Config) {
 		c.Telemetry.Clients = []string{bulkClient, feedClient, quietClient}
-		// The dashboard's journal panels need the follower, which is
-		// opt-in; this server runs it so every panel is checked.
-		c.Journal.Enabled = true
 	}), withLogger(slog.New(logs)))
 	tooMany := append(ts.uris(0, 1000), ts.uris(0, 1)...)
 	for _, name := range []string{bulkClient, feedClient} {

@@ -140,7 +140,7 @@ func (c *Config) LoadFile(path string) error {
 }
 
 func overlayJournal(c, f journal.Config) journal.Config {
-	c.Enabled = c.Enabled || f.Enabled
+	c.Disabled = c.Disabled || f.Disabled
 	c.MaxLag = cmp.Or(f.MaxLag, c.MaxLag)
 	c.Overlap = cmp.Or(f.Overlap, c.Overlap)
 	c.StartReplay = cmp.Or(f.StartReplay, c.StartReplay)
@@ -229,7 +229,7 @@ func (c Config) Validate() error {
 	if err := c.Near.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if need := c.longestEntry() + c.Cache.TombstoneTTL; c.Journal.Enabled && c.Journal.WithDefaults().Retention < need {
+	if need := c.longestEntry() + c.Cache.TombstoneTTL; !c.Journal.Disabled && c.Journal.WithDefaults().Retention < need {
 		errs = append(errs, fmt.Errorf("config: journal retention %v must be at least the cache's longest entry lifetime plus its tombstone lifetime (%v): a replay onto a memcached server that was away longer than the retention must still reach every change that can have left a stale entry", c.Journal.WithDefaults().Retention, need))
 	}
 	if err := c.SLO.Validate(); err != nil {

@@ -49,9 +49,6 @@ func TestLogStormStaysBounded(t *testing.T) {
 		// The storm is about logs, not budgets: without the race detector
 		// its reads outrun the default 20,000 items/s.
 		c.Guard.Admission.Clients["storm"] = unlimited
-		// The storm needs every read's refill to fail too; the journal
-		// follower stays off (its default): with it, a server that failed
-		// gets no refills until a replay.
 	}, withLogger(slog.New(logs)))
 	ts.warm(1000)
 	time.Sleep(200 * time.Millisecond)

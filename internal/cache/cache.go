@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
 	"github.com/sluice-dev/sluice/internal/guard/fanout"
@@ -96,10 +97,13 @@ type ServerStats struct {
 	// the times it opened (each also closed the idle connections).
 	BreakerState string
 	BreakerOpens int64
-	// Suspect reports a server not trusted since it failed (WithDistrust);
-	// Distrusted counts the hits it answered that were read as misses.
-	Suspect    bool
-	Distrusted int64
+	// Suspect reports a server not trusted as a whole since it failed
+	// (WithDistrust); OwedTombstones counts the keys whose tombstones it
+	// missed and is owed (each read as a miss there); Distrusted counts
+	// the hits it answered that were read as misses.
+	Suspect        bool
+	OwedTombstones int64
+	Distrusted     int64
 }
 
 // New validates cfg and returns a Cache. It does not dial; connections are
@@ -115,7 +119,7 @@ func New(cfg Config, opts ...Option) (*Cache, error) {
 	for _, addr := range cfg.Servers {
 		s := newServer(addr, cfg, c.opts.log)
 		if c.opts.distrust {
-			s.distrust = &distrust{}
+			s.distrust = newDistrust()
 		}
 		c.servers = append(c.servers, s)
 	}
@@ -139,10 +143,7 @@ func (c *Cache) GetMulti(ctx context.Context, uris []string) map[string]Entry {
 	})
 	out := make(map[string]Entry)
 	for i, items := range found {
-		if chunks[i].srv.suspected() {
-			chunks[i].srv.distrusted.Add(int64(len(items)))
-			continue
-		}
+		chunks[i].srv.hide(items)
 		for key, it := range items {
 			if e, ok := decode(it); ok {
 				out[byKey[key]] = e
@@ -167,7 +168,7 @@ func (c *Cache) Fill(ctx context.Context, entries map[string]Entry) {
 	items := make([]*memcache.Item, 0, len(entries))
 	for uri, e := range entries {
 		it := c.encode(uri, e)
-		if c.servers[pick(c.seeds, it.Key)].suspected() {
+		if !c.owner(it.Key).trusts(it.Key) {
 			continue
 		}
 		items = append(items, it)
@@ -263,22 +264,11 @@ type call struct {
 
 // run makes calls under the request's fan-out limit and reports how many
 // failed for reasons other than a refused ADD, with the first such
-// error. A tombstone not written counts as a failure of its server.
+// error.
 func (c *Cache) run(ctx context.Context, calls []call, op func(*memcache.Client, *memcache.Item) error) (int, error) {
-	errs := make([]error, len(calls))
-	for i := range errs {
-		errs[i] = errNotAttempted
-	}
-	_ = fanout.Each(ctx, len(calls), func(ctx context.Context, i int) error {
-		errs[i] = calls[i].srv.do(ctx, func(mc *memcache.Client) error { return op(mc, calls[i].item) })
-		return nil
-	})
 	failed, first := 0, error(nil)
-	for i, err := range errs {
-		if err != nil && !isSuccessful(err) {
-			if calls[i].item.Flags == flagTombstone {
-				calls[i].srv.failed()
-			}
+	for i, err := range c.runEach(ctx, calls, op) {
+		if err != nil {
 			failed++
 			if first == nil {
 				first = fmt.Errorf("key %s on %s: %w", calls[i].item.Key, calls[i].srv.addr, err)
@@ -286,6 +276,31 @@ func (c *Cache) run(ctx context.Context, calls []call, op func(*memcache.Client,
 		}
 	}
 	return failed, first
+}
+
+// runEach makes calls under the request's fan-out limit and returns each
+// one's error, nil for a refused ADD. A tombstone's outcome is recorded
+// on its server: one not written is owed (see Distrust), one written
+// pays what the key owed before it began.
+func (c *Cache) runEach(ctx context.Context, calls []call, op func(*memcache.Client, *memcache.Item) error) []error {
+	errs := make([]error, len(calls))
+	for i := range errs {
+		errs[i] = errNotAttempted
+	}
+	start := time.Now()
+	_ = fanout.Each(ctx, len(calls), func(ctx context.Context, i int) error {
+		errs[i] = calls[i].srv.do(ctx, func(mc *memcache.Client) error { return op(mc, calls[i].item) })
+		return nil
+	})
+	for i, err := range errs {
+		if isSuccessful(err) {
+			errs[i] = nil
+		}
+		if calls[i].item.Flags == flagTombstone {
+			calls[i].srv.tombstoned(calls[i].item.Key, start, errs[i])
+		}
+	}
+	return errs
 }
 
 // ownerIndex is the index of the server that holds key now: its

@@ -111,3 +111,8 @@ func appendTTLError(errs []error, name string, d time.Duration) []error {
 func seconds(d time.Duration) int32 {
 	return int32((d + time.Second - 1) / time.Second)
 }
+
+// longestEntry is the longest an entry can outlive the write that made it
+// stale: its lifetime, plus the tombstone's, which covers a read begun
+// before the write that refilled it just after.
+func (c Config) longestEntry() time.Duration { return max(c.TTL, c.NegativeTTL) + c.TombstoneTTL }

@@ -21,10 +21,12 @@ type options struct {
 	distrust bool
 }
 
-// WithDistrust makes a server that fails suspect until Trust: its hits
-// are read as misses and Fill skips it (see Suspect). Only a caller that
-// replays the store's journal onto suspects and then calls Trust should
-// turn it on; otherwise a server that failed once is never read again.
+// WithDistrust makes a server read a key as a miss, and Fill skip it,
+// while the key's tombstone is owed there, and makes SuspectAll (or too
+// many owed keys) distrust the whole server until Trust (see Distrust).
+// Only a caller that calls RetryTombstones and replays the store's
+// journal onto suspects before calling Trust should turn it on;
+// otherwise a key or server distrusted once is never read again.
 func WithDistrust() Option {
 	return func(o *options) { o.distrust = true }
 }

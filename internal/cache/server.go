@@ -102,13 +102,11 @@ func (s *server) count(err error) error {
 	switch {
 	case errors.Is(err, gobreaker.ErrOpenState), errors.Is(err, gobreaker.ErrTooManyRequests), errors.Is(err, errOpenedWhileWaiting):
 		s.skipped.Add(1)
-		s.failed()
 		return fmt.Errorf("%w: %s: %w", ErrUnavailable, s.addr, err)
 	case errors.Is(err, errCallerGone):
 		s.waitExpired.Add(1)
 	case err != nil && !isSuccessful(err):
 		s.errors.Add(1)
-		s.failed()
 		s.log.Error("memcached call failed", "kind", errorKind(err), "err", err)
 	}
 	return err
@@ -166,20 +164,21 @@ func (s *server) dial(ctx context.Context, network, addr string) (net.Conn, erro
 
 func (s *server) stats() ServerStats {
 	return ServerStats{
-		Addr:         s.addr,
-		Dials:        s.dials.Load(),
-		OpenConns:    s.dials.Load() - s.closes.Load(),
-		InUse:        s.inUse.Load(),
-		Hits:         s.hits.Load(),
-		Misses:       s.misses.Load(),
-		Errors:       s.errors.Load(),
-		Skipped:      s.skipped.Load(),
-		Waits:        s.waits.Load(),
-		WaitExpired:  s.waitExpired.Load(),
-		BreakerState: s.breaker.State().String(),
-		BreakerOpens: s.breakerOpens.Load(),
-		Suspect:      s.suspected(),
-		Distrusted:   s.distrusted.Load(),
+		Addr:           s.addr,
+		Dials:          s.dials.Load(),
+		OpenConns:      s.dials.Load() - s.closes.Load(),
+		InUse:          s.inUse.Load(),
+		Hits:           s.hits.Load(),
+		Misses:         s.misses.Load(),
+		Errors:         s.errors.Load(),
+		Skipped:        s.skipped.Load(),
+		Waits:          s.waits.Load(),
+		WaitExpired:    s.waitExpired.Load(),
+		BreakerState:   s.breaker.State().String(),
+		BreakerOpens:   s.breakerOpens.Load(),
+		Suspect:        s.suspected(),
+		OwedTombstones: int64(s.owedLen()),
+		Distrusted:     s.distrusted.Load(),
 	}
 }
 

@@ -10,13 +10,33 @@ import (
 	"github.com/bradfitz/gomemcache/memcache"
 )
 
-// Distrust: with WithDistrust, a server that fails — a call that errs, a
-// call its open breaker skips, a tombstone not written for any reason —
-// becomes suspect from the first failure on. Its hits may be stale: a
-// tombstone it missed would have hidden them. Until a follower of the
-// store's journal has replayed every change since the failure's start onto
-// it (DropOn) and calls Trust, GetMulti treats its keys as misses
-// and Fill leaves it alone; tombstones are still written to it.
+// Distrust, with WithDistrust, comes in two sizes.
+//
+// Per key: a tombstone this process owed a server and did not write (the
+// call erred, timed out, or its breaker skipped it) leaves that one key
+// possibly stale there, and only that key. The server keeps a set of such
+// owed keys; GetMulti reads them as misses on it and Fill leaves them
+// alone, until RetryTombstones writes the tombstone (it needs memcached,
+// never the store), a later write's tombstone lands, or the longest entry
+// lifetime has passed since the miss (every entry the tombstone was meant
+// to hide has expired by then). Every other key on the server is read as
+// usual: a get that fails, a breaker that opens, a server that is frozen
+// or restarted make nothing stale by themselves, because every replica
+// tombstones every change — its own on the write path, other writers'
+// through the journal — and counts each tombstone it could not write.
+//
+// Whole server: a process that starts cannot know which tombstones the
+// one before it wrote (SuspectAll), and a server owing more than
+// maxOwedKeys keys stops counting them. Then the whole server is suspect
+// from the earliest miss on, and stays so until a follower of the store's
+// journal has replayed every change since then onto it (DropOn) and calls
+// Trust. That replay needs the store.
+
+// maxOwedKeys bounds the keys one server may owe before it becomes
+// suspect as a whole: about 6 MB of keys, far more than the writes a
+// server misses in a blip (the default breaker opens after 5 failures and
+// retries after 1 s), small enough to hold for every server.
+const maxOwedKeys = 50_000
 
 // Suspect is a server that failed and is not yet trusted again.
 type Suspect struct {
@@ -24,30 +44,121 @@ type Suspect struct {
 	Addr string
 	// Since is when the run of failures began.
 	Since time.Time
-	// Failures counts the server's failures since New; Trust refuses if
-	// it has changed, so a failure during a replay is never forgotten.
+	// Failures counts the server's whole-server failures since New; Trust
+	// refuses if it has changed, so a failure during a replay is never
+	// forgotten.
 	Failures int64
 }
 
-// distrust is one server's suspicion.
+// distrust is one server's suspicion: the keys it owes, and whether it
+// is suspect as a whole.
 type distrust struct {
 	mu       sync.Mutex
 	on       bool
 	since    time.Time
 	failures int64
+	owed     map[string]time.Time // key → when its tombstone was first missed
 }
 
-// fail records a failure at now.
-func (d *distrust) fail(now time.Time) {
+func newDistrust() *distrust { return &distrust{owed: map[string]time.Time{}} }
+
+// fail makes the server suspect as a whole from at on.
+func (d *distrust) fail(at time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.failLocked(at)
+}
+
+func (d *distrust) failLocked(at time.Time) {
 	d.failures++
 	if !d.on {
-		d.on, d.since = true, now
+		d.on, d.since = true, at
+	} else if at.Before(d.since) {
+		d.since = at
 	}
 }
 
-// suspect reports the current suspicion.
+// owe records a tombstone for key not written at now. Past maxOwedKeys
+// the server becomes suspect as a whole since its earliest owed key, and
+// the replay covers them all.
+func (d *distrust) owe(key string, now time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.owed[key]; !ok {
+		d.owed[key] = now
+	}
+	if len(d.owed) <= maxOwedKeys {
+		return
+	}
+	earliest := now
+	for _, at := range d.owed {
+		earliest = minTime(earliest, at)
+	}
+	d.failLocked(earliest)
+	clear(d.owed)
+}
+
+// paid forgets key's debt if it was first missed before at: a tombstone
+// written at or after that time hides whatever the missed one had to.
+func (d *distrust) paid(key string, at time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if missed, ok := d.owed[key]; ok && !missed.After(at) {
+		delete(d.owed, key)
+	}
+}
+
+// hide deletes from items the keys it must not answer, and reports how
+// many it deleted.
+func (d *distrust) hide(items map[string]*memcache.Item) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.on {
+		n := len(items)
+		clear(items)
+		return n
+	}
+	n := 0
+	for key := range items {
+		if _, ok := d.owed[key]; ok {
+			delete(items, key)
+			n++
+		}
+	}
+	return n
+}
+
+// trusts reports whether key may be read from and filled on the server.
+func (d *distrust) trusts(key string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	_, owed := d.owed[key]
+	return !d.on && !owed
+}
+
+// debts lists the owed keys and their miss times, after dropping those
+// missed before expired: every entry they could hide is gone.
+func (d *distrust) debts(expired time.Time) map[string]time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[string]time.Time, len(d.owed))
+	for key, at := range d.owed {
+		if at.Before(expired) {
+			delete(d.owed, key)
+			continue
+		}
+		out[key] = at
+	}
+	return out
+}
+
+func (d *distrust) owedLen() int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return len(d.owed)
+}
+
+// suspect reports the whole-server suspicion.
 func (d *distrust) suspect() (Suspect, bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -65,7 +176,8 @@ func (d *distrust) trust(s Suspect) bool {
 	return true
 }
 
-// suspected reports whether s is suspect now; false without WithDistrust.
+// suspected reports whether s is suspect as a whole now; false without
+// WithDistrust.
 func (s *server) suspected() bool {
 	if s.distrust == nil {
 		return false
@@ -74,15 +186,39 @@ func (s *server) suspected() bool {
 	return on
 }
 
-// failed records one failure of s, if it tracks them.
-func (s *server) failed() {
-	if s.distrust != nil {
-		s.distrust.fail(time.Now())
+// trusts reports whether key may be read from and filled on s.
+func (s *server) trusts(key string) bool { return s.distrust == nil || s.distrust.trusts(key) }
+
+// hide drops from a get's items those s must not answer, counting them.
+func (s *server) hide(items map[string]*memcache.Item) {
+	if s.distrust == nil || len(items) == 0 {
+		return
 	}
+	s.distrusted.Add(int64(s.distrust.hide(items)))
 }
 
-// Suspects lists the servers not trusted now, in Config.Servers order.
-// It is empty without WithDistrust.
+// tombstoned records the outcome of a tombstone for key on s, begun at
+// start.
+func (s *server) tombstoned(key string, start time.Time, err error) {
+	if s.distrust == nil {
+		return
+	}
+	if err == nil {
+		s.distrust.paid(key, start)
+		return
+	}
+	s.distrust.owe(key, start)
+}
+
+func (s *server) owedLen() int {
+	if s.distrust == nil {
+		return 0
+	}
+	return s.distrust.owedLen()
+}
+
+// Suspects lists the servers suspect as a whole now, in Config.Servers
+// order. It is empty without WithDistrust.
 func (c *Cache) Suspects() []Suspect {
 	var out []Suspect
 	for _, s := range c.servers {
@@ -112,15 +248,52 @@ func (c *Cache) Trust(sus Suspect) bool {
 	return false
 }
 
-// SuspectAll marks every server suspect since the given time, as if each
-// had failed then: a process that starts cannot know which tombstones
-// the one before it wrote. It does nothing without WithDistrust.
+// SuspectAll marks every server suspect as a whole since the given time:
+// a process that starts cannot know which tombstones the one before it
+// wrote. It does nothing without WithDistrust.
 func (c *Cache) SuspectAll(since time.Time) {
 	for _, s := range c.servers {
 		if s.distrust != nil {
 			s.distrust.fail(since)
 		}
 	}
+}
+
+// RetryTombstones writes, on each server, the tombstones it owes (see
+// Distrust), each on that server even while its breaker is open — the
+// breaker skips the call then, and the key stays owed. It needs no store.
+// It returns how many it wrote and an error saying how many it did not.
+func (c *Cache) RetryTombstones(ctx context.Context) (int, error) {
+	expired := time.Now().Add(-c.cfg.longestEntry())
+	var calls []call
+	var missed []time.Time
+	for _, s := range c.servers {
+		if s.distrust == nil {
+			continue
+		}
+		for key, at := range s.distrust.debts(expired) {
+			calls = append(calls, call{srv: s, item: c.tombstone(key)})
+			missed = append(missed, at)
+		}
+	}
+	errs := c.runEach(ctx, calls, (*memcache.Client).Set)
+	failed, first := 0, error(nil)
+	for i, err := range errs {
+		if err == nil {
+			// The debt was recorded when its tombstone was missed; this
+			// one was begun later, so it is paid.
+			calls[i].srv.distrust.paid(calls[i].item.Key, missed[i])
+			continue
+		}
+		failed++
+		if first == nil {
+			first = fmt.Errorf("key %s on %s: %w", calls[i].item.Key, calls[i].srv.addr, err)
+		}
+	}
+	if failed > 0 {
+		return len(calls) - failed, fmt.Errorf("cache: retry tombstones: %d of %d not written: %w", failed, len(calls), first)
+	}
+	return len(calls), nil
 }
 
 // DropOn deletes, on the server at addr only, the entries of those uris
@@ -146,4 +319,11 @@ func (c *Cache) DropOn(ctx context.Context, addr string, uris []string) error {
 		return fmt.Errorf("cache: drop on %s: %d of %d deletes failed: %w", addr, failed, len(calls), first)
 	}
 	return nil
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }

@@ -83,8 +83,8 @@ func thawRun(t *testing.T, ch thawChange, disabled bool) int {
 	mc := testenv.StartMemcached(t)
 	cfgFile := filepath.Join(t.TempDir(), "sluice.yaml")
 	cfg := "cache:\n  timeout: 200ms\n  breaker_cool_down: 300ms\n"
-	if !disabled {
-		cfg += "journal:\n  enabled: true\n"
+	if disabled {
+		cfg += "journal:\n  disabled: true\n"
 	}
 	if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)

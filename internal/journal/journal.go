@@ -5,11 +5,15 @@
 // tombstone for every change another process made (its own changes the
 // write path already invalidated), so a replica whose memcached view
 // never saw a write — the writer was another replica, or died between the
-// store write and its tombstone — is corrected within the lag. It also
-// replays the journal onto memcached servers the cache distrusts
-// (cache.WithDistrust): a server that failed is read as misses until
-// every change since its failure began (less Config.Overlap) has been
-// deleted from it, and only then trusted again.
+// store write and its tombstone — is corrected within the lag. It writes
+// the tombstones the cache owes (cache.RetryTombstones: keys whose
+// tombstones a memcached failure made this process miss, each read as a
+// miss meanwhile), which needs memcached only. And it replays the
+// journal onto memcached servers the cache distrusts as a whole
+// (cache.Suspects: at start-up, or after too many missed tombstones):
+// such a server is read as misses until every change since its
+// failure began (less Config.Overlap) has been deleted from it, and only
+// then trusted again. That replay needs the store.
 //
 // The follower owns no memcached connections and no store writes; it
 // refuses nothing and never fails a request. Its one goroutine is the
@@ -37,19 +41,16 @@ type Cache interface {
 	Suspects() []cache.Suspect
 	SuspectAll(since time.Time)
 	Trust(cache.Suspect) bool
+	RetryTombstones(ctx context.Context) (int, error)
 }
 
 // Config tunes a Follower. The zero value of a field takes its default.
 type Config struct {
-	// Enabled turns the journal follower on, and with it the distrust of
-	// failed memcached servers. Default false: with it on, the fault suite
-	// found reads that the cache could answer depending on the store — a
-	// replica whose store was unreachable kept treating every cached
-	// record as a miss (cached callers failed with the store down), and a
-	// flapping memcached stayed distrusted after it healed (hit ratio 0.34
-	// five seconds later). It stays opt-in until distrust never makes a
-	// cached read wait on the store. The store writes the journal either way.
-	Enabled bool `yaml:"enabled"`
+	// Disabled turns the journal follower off, and with it the distrust
+	// of keys and servers that missed tombstones: the behaviour before
+	// the journal, kept for measuring it. Default false (the follower
+	// runs). The store writes the journal either way.
+	Disabled bool `yaml:"disabled"`
 	// MaxLag bounds how long after a change is written this replica
 	// tombstones it, while the journal is readable: the follower polls
 	// every MaxLag/4. Default 1s; at least 40ms.
@@ -136,7 +137,9 @@ type Stats struct {
 	// Truncated counts replays whose start lay beyond the journal's
 	// retention and began at the retention instead (see Follower).
 	Truncated int64
-	// Suspects is how many memcached servers are distrusted now.
+	// Retried counts owed tombstones written again (cache.RetryTombstones).
+	Retried int64
+	// Suspects is how many memcached servers are distrusted as a whole now.
 	Suspects int
 }
 
@@ -156,10 +159,10 @@ type Follower struct {
 	applied func([]string)
 
 	cursor atomic.Int64 // unix microseconds: changes before it were read
-	start  time.Time    // New's time: CatchUp covers changes before it
+	start  time.Time    // New's or CatchUp's time: CatchUp covers changes before it
 	seen   map[seenKey]time.Time
 
-	own, appliedN, readErrors                 atomic.Int64
+	own, appliedN, readErrors, retried        atomic.Int64
 	replays, replayedURIs, replayFail, truncd atomic.Int64
 }
 
@@ -200,9 +203,15 @@ func New(cfg Config, j store.Journal, c Cache, origin string, opts ...Option) *F
 
 // CatchUp distrusts every server since StartReplay ago and replays that
 // much journal onto each, before the process serves; servers it cannot
-// reach stay distrusted until Run replays onto them.
+// reach stay distrusted until Run replays onto them. Polls then begin at
+// CatchUp's start: what changed before is the replay's, deleted rather
+// than tombstoned, so records written just before the process serves
+// (a seed, a predecessor's last writes) are not kept out of the cache for
+// TombstoneTTL.
 func (f *Follower) CatchUp(ctx context.Context) {
-	f.c.SuspectAll(time.Now().Add(-f.cfg.StartReplay))
+	f.start = time.Now()
+	f.cursor.Store(f.start.UnixMicro())
+	f.c.SuspectAll(f.start.Add(-f.cfg.StartReplay))
 	f.replaySuspects(ctx)
 }
 
@@ -220,10 +229,18 @@ func (f *Follower) Run(ctx context.Context) {
 	}
 }
 
-// step is one poll, then one replay round.
+// step writes the tombstones memcached is owed, then makes one poll and
+// one replay round. The first needs memcached only, so keys whose
+// tombstones a blip made this process miss are trusted again as soon as
+// memcached answers, whether or not the store does.
 func (f *Follower) step(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(fanout.WithLimit(ctx, f.cfg.Parallelism), f.stepTimeout())
 	defer cancel()
+	n, err := f.c.RetryTombstones(ctx)
+	f.retried.Add(int64(n))
+	if err != nil {
+		f.log.Warn("owed tombstones not written; their keys stay read as misses", "kind", "tombstone_retry", "err", err)
+	}
 	f.poll(ctx)
 	f.replaySuspects(ctx)
 }
@@ -237,7 +254,7 @@ func (f *Follower) stepTimeout() time.Duration { return max(10*f.cfg.MaxLag, 10*
 // those of other writers not seen before.
 func (f *Follower) poll(ctx context.Context) {
 	to := time.Now()
-	// Changes from before New are CatchUp's: re-reading them would
+	// Changes from before the start are CatchUp's: re-reading them would
 	// tombstone, and so keep out of the cache for TombstoneTTL, every
 	// record written just before the process started.
 	from := f.clamp(maxTime(time.UnixMicro(f.cursor.Load()).Add(-f.cfg.Overlap), f.start), to)
@@ -331,7 +348,7 @@ func (f *Follower) Stats() Stats {
 		Lag:     time.Since(time.UnixMicro(f.cursor.Load())),
 		Applied: f.appliedN.Load(), Own: f.own.Load(), ReadErrors: f.readErrors.Load(),
 		Replays: f.replays.Load(), ReplayedURIs: f.replayedURIs.Load(), ReplayFailures: f.replayFail.Load(),
-		Truncated: f.truncd.Load(), Suspects: len(f.c.Suspects()),
+		Truncated: f.truncd.Load(), Retried: f.retried.Load(), Suspects: len(f.c.Suspects()),
 	}
 }
 

@@ -191,3 +191,36 @@ func TestTrustRefusesAfterNewFailure(t *testing.T) {
 		t.Fatal("Trust refused a current suspect")
 	}
 }
+
+// Tests that the tombstones a memcached blip made this process miss are
+// written again by the follower while the journal is unreadable: the
+// store is not needed to trust those keys again, and the server's other
+// keys were never distrusted.
+func TestOwedTombstonesNeedNoStore(t *testing.T) {
+	ctx := ctx(t)
+	mc := testenv.StartMemcached(t)
+	c := newCache(t, mc.Addr())
+	j := &memJournal{fail: store.ErrUnavailable}
+	f := New(Config{}, j, c, "me")
+	changed, other := uri(t, 1), uri(t, 2)
+	c.Fill(ctx, map[string]cache.Entry{changed: {Value: []byte("old")}, other: {Value: []byte("v1")}})
+	mc.Pause()
+	err := c.Invalidate(ctx, []string{changed})
+	mc.Resume()
+	if err == nil {
+		t.Fatal("a tombstone to a frozen memcached was reported written")
+	}
+	if h := hits(ctx, c, changed, other); h[changed] || !h[other] {
+		t.Fatalf("hits %v while the tombstone is owed: want the other key only", h)
+	}
+	f.step(ctx)
+	if s := f.Stats(); s.Retried != 1 || s.ReadErrors != 1 || s.Suspects != 0 {
+		t.Fatalf("stats %+v: want 1 tombstone retried with the journal unreadable, no suspects", s)
+	}
+	if st := c.Stats()[0]; st.OwedTombstones != 0 {
+		t.Fatalf("%d tombstones still owed after the follower's step", st.OwedTombstones)
+	}
+	if h := hits(ctx, c, changed, other); h[changed] || !h[other] {
+		t.Errorf("hits %v after the retry: want the other key only (the changed one is tombstoned)", h)
+	}
+}

@@ -31,6 +31,7 @@ func (t *Telemetry) ObserveCache(stats func() []cache.ServerStats) error {
 		"sluice.memcached.connections.open":   func(s cache.ServerStats) int64 { return s.OpenConns },
 		"sluice.memcached.connections.in_use": func(s cache.ServerStats) int64 { return s.InUse },
 		"sluice.cache.breaker_state":          func(s cache.ServerStats) int64 { return breakerStates[s.BreakerState] },
+		"sluice.cache.owed_tombstones":        func(s cache.ServerStats) int64 { return s.OwedTombstones },
 	}
 	var insts []metric.Observable
 	obs := map[metric.Observable]func(cache.ServerStats) int64{}

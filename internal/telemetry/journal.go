@@ -27,7 +27,7 @@ func (t *Telemetry) ObserveJournal(stats func() journal.Stats, size func() (int6
 		return err
 	}
 	applied, err := m.Int64ObservableCounter("sluice.journal.tombstones",
-		metric.WithDescription("Tombstones written by the journal follower, by source: follow (other writers' changes) or replay (onto a memcached server that failed)."))
+		metric.WithDescription("Tombstones written by the journal follower, by source: follow (other writers' changes), retry (tombstones a memcached failure made this process miss) or replay (onto a memcached server distrusted as a whole)."))
 	if err != nil {
 		return err
 	}
@@ -56,13 +56,14 @@ func (t *Telemetry) ObserveJournal(stats func() journal.Stats, size func() (int6
 	if err != nil {
 		return err
 	}
-	follow, replay := metric.WithAttributes(sourceAttr("follow")), metric.WithAttributes(sourceAttr("replay"))
+	follow, replay, retry := metric.WithAttributes(sourceAttr("follow")), metric.WithAttributes(sourceAttr("replay")), metric.WithAttributes(sourceAttr("retry"))
 	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		s := stats()
 		o.ObserveFloat64(lag, s.Lag.Seconds())
 		o.ObserveFloat64(bound, maxLag.Seconds())
 		o.ObserveInt64(applied, s.Applied, follow)
 		o.ObserveInt64(applied, s.ReplayedURIs, replay)
+		o.ObserveInt64(applied, s.Retried, retry)
 		o.ObserveInt64(own, s.Own)
 		o.ObserveInt64(readErrs, s.ReadErrors)
 		o.ObserveInt64(replays, s.Replays, metric.WithAttributes(resultAttr("trusted")))

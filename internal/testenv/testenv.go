@@ -12,6 +12,7 @@
 package testenv
 
 import (
+	"bytes"
 	"fmt"
 	"net"
 	"os"
@@ -197,6 +198,22 @@ func (m *Memcached) Pause() {
 	if err := m.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		m.t.Fatalf("pause memcached: %v", err)
 	}
+	// A signal is delivered asynchronously: wait until the kernel reports
+	// the process stopped, so a call made after Pause meets a frozen server.
+	stat := fmt.Sprintf("/proc/%d/stat", m.cmd.Process.Pid)
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+		if b, err := os.ReadFile(stat); err != nil || stoppedState(b) {
+			return
+		}
+	}
+	m.t.Fatalf("pause memcached: still running 5s after SIGSTOP")
+}
+
+// stoppedState reports whether a /proc/PID/stat line says the process is
+// stopped: the state letter follows the command name's closing paren.
+func stoppedState(stat []byte) bool {
+	i := bytes.LastIndexByte(stat, ')')
+	return i >= 0 && i+2 < len(stat) && (stat[i+2] == 'T' || stat[i+2] == 't')
 }
 
 // Resume lets a paused server answer again (SIGCONT).

@@ -1,0 +1,94 @@
+package cache
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/sluice-dev/sluice/internal/testenv"
+)
+
+// Tests that a tombstone missed on a frozen server hides that key there,
+// and only that key: the server's other entries are still read while the
+// key is owed, its stale entry never is, Fill leaves it alone, and
+// RetryTombstones pays the debt once the server answers (no store
+// involved), after which the key refills.
+func TestMissedTombstoneHidesOnlyItsKey(t *testing.T) {
+	mc := testenv.StartMemcached(t)
+	cfg := DefaultConfig()
+	cfg.Servers = []string{mc.Addr()}
+	cfg.Timeout = 200 * time.Millisecond
+	cfg.TombstoneTTL = time.Second
+	c, err := New(cfg, WithDistrust())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ctx := testContext(t, 8)
+	stamp := time.Now().UnixNano()
+	changed, other := fmt.Sprintf("at://did:plc:owed%d/p/1", stamp), fmt.Sprintf("at://did:plc:owed%d/p/2", stamp)
+	c.Fill(ctx, map[string]Entry{changed: {Value: []byte("old")}, other: {Value: []byte("v1")}})
+	if got := c.GetMulti(ctx, []string{changed, other}); len(got) != 2 {
+		t.Fatalf("filled entries not cached: %v", got)
+	}
+
+	mc.Pause()
+	if err := c.Invalidate(ctx, []string{changed}); err == nil {
+		t.Fatal("a tombstone to a frozen memcached was reported written")
+	}
+	mc.Resume()
+	// The frozen server may still apply the tombstone it had buffered;
+	// put the stale entry back, as when the tombstone never reached it.
+	raw := memcache.New(mc.Addr())
+	time.Sleep(50 * time.Millisecond)
+	if err := raw.Set(&memcache.Item{Key: Key(changed), Value: []byte("old"), Flags: flagValue}); err != nil {
+		t.Fatalf("put the stale entry back: %v", err)
+	}
+	got := c.GetMulti(ctx, []string{changed, other})
+	if _, ok := got[changed]; ok {
+		t.Errorf("the key whose tombstone was missed answered its stale entry %q", got[changed].Value)
+	}
+	if _, ok := got[other]; !ok {
+		t.Errorf("an untouched key on the same server was not read: the whole server was distrusted")
+	}
+	st := c.Stats()[0]
+	if st.OwedTombstones != 1 || st.Distrusted != 1 || st.Suspect {
+		t.Errorf("stats %+v: want 1 owed tombstone, 1 distrusted hit, not suspect as a whole", st)
+	}
+	c.Fill(ctx, map[string]Entry{changed: {Value: []byte("refill while owed")}})
+
+	n, err := c.RetryTombstones(ctx)
+	if err != nil || n != 1 {
+		t.Fatalf("RetryTombstones = %d, %v; want 1 written", n, err)
+	}
+	if st := c.Stats()[0]; st.OwedTombstones != 0 {
+		t.Fatalf("still %d owed after the retry", st.OwedTombstones)
+	}
+	if got := c.GetMulti(ctx, []string{changed}); len(got) != 0 {
+		t.Fatalf("the retried tombstone did not hide the stale entry: %v", got)
+	}
+	time.Sleep(cfg.TombstoneTTL + 1100*time.Millisecond) // memcached expires on whole seconds
+	c.Fill(ctx, map[string]Entry{changed: {Value: []byte("new")}})
+	if got := c.GetMulti(ctx, []string{changed}); string(got[changed].Value) != "new" {
+		t.Errorf("after the tombstone expired the key did not refill: %v", got)
+	}
+}
+
+// Tests that a server owing more than maxOwedKeys becomes suspect as a
+// whole, from its earliest miss.
+func TestTooManyOwedKeysDistrustTheServer(t *testing.T) {
+	d := newDistrust()
+	first := time.Now().Add(-time.Minute)
+	d.owe("k0", first)
+	for i := 1; i <= maxOwedKeys; i++ {
+		d.owe(fmt.Sprintf("k%d", i), time.Now())
+	}
+	s, on := d.suspect()
+	if !on || !s.Since.Equal(first) {
+		t.Fatalf("suspect = %+v, %v; want suspect since the first miss %v", s, on, first)
+	}
+	if d.owedLen() != 0 {
+		t.Errorf("%d keys still owed; the whole-server replay covers them", d.owedLen())
+	}
+}
