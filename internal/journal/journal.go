@@ -212,7 +212,7 @@ func (f *Follower) CatchUp(ctx context.Context) {
 	f.start = time.Now()
 	f.cursor.Store(f.start.UnixMicro())
 	f.c.SuspectAll(f.start.Add(-f.cfg.StartReplay))
-	f.replaySuspects(ctx)
+	f.replaySuspects(ctx, true)
 }
 
 // Run polls the journal until ctx ends.
@@ -242,7 +242,7 @@ func (f *Follower) step(ctx context.Context) {
 		f.log.Warn("owed tombstones not written; their keys stay read as misses", "kind", "tombstone_retry", "err", err)
 	}
 	f.poll(ctx)
-	f.replaySuspects(ctx)
+	f.replaySuspects(ctx, false)
 }
 
 // stepTimeout bounds one poll and replay: long enough for a replay of
@@ -302,10 +302,13 @@ func (f *Follower) clamp(from, now time.Time) time.Time {
 	return from
 }
 
-// replaySuspects replays the journal onto every distrusted server.
-func (f *Follower) replaySuspects(ctx context.Context) {
+// replaySuspects replays the journal onto every distrusted server. At
+// start-up (startup true) it skips this process's own changes: whatever
+// it wrote before serving went through its write path, whose tombstones
+// were written or are owed key by key.
+func (f *Follower) replaySuspects(ctx context.Context, startup bool) {
 	for _, s := range f.c.Suspects() {
-		if err := f.replay(ctx, s); err != nil {
+		if err := f.replay(ctx, s, startup); err != nil {
 			f.replayFail.Add(1)
 			f.log.Warn("journal replay onto a failed memcached server did not finish; it stays distrusted", "kind", "journal_replay", "server", s.Addr, "err", err)
 		}
@@ -314,7 +317,7 @@ func (f *Follower) replaySuspects(ctx context.Context) {
 
 // replay deletes, on s, the entry of every URI changed since s's failure began
 // (less Overlap) by any writer, then trusts s unless it failed again.
-func (f *Follower) replay(ctx context.Context, s cache.Suspect) error {
+func (f *Follower) replay(ctx context.Context, s cache.Suspect, skipOwn bool) error {
 	now := time.Now()
 	from := s.Since.Add(-f.cfg.Overlap)
 	if c := f.clamp(from, now); !c.Equal(from) {
@@ -323,7 +326,9 @@ func (f *Follower) replay(ctx context.Context, s cache.Suspect) error {
 	}
 	var uris []string
 	err := f.j.Changes(ctx, from, now, func(ch store.Change) error {
-		uris = append(uris, ch.URI)
+		if !skipOwn || ch.Origin != f.origin {
+			uris = append(uris, ch.URI)
+		}
 		return nil
 	})
 	if err != nil {
