@@ -144,8 +144,13 @@ func TestHistoryReadAfterAcknowledgedWrite(t *testing.T) {
 	if on < 100 {
 		t.Errorf("only %d reads checked after the heal, want at least 100", on)
 	}
-	t.Run("journal-disabled", func(t *testing.T) { off, offBad = historyRun(t, true) })
-	t.Logf("journal disabled: %d reads checked after the heal, %d violations (e.g. %v)", off, len(offBad), first(offBad))
+	// Without the journal a violation needs a stale entry to outlive the
+	// heal, which one run on a busy machine may not give: the control
+	// runs up to three times and must show the bug in one of them.
+	for run := 1; run <= 3 && len(offBad) == 0; run++ {
+		t.Run(fmt.Sprintf("journal-disabled-%d", run), func(t *testing.T) { off, offBad = historyRun(t, true) })
+		t.Logf("journal disabled, run %d: %d reads checked after the heal, %d violations (e.g. %v)", run, off, len(offBad), first(offBad))
+	}
 	if len(offBad) == 0 {
 		t.Errorf("with the journal disabled the checker found no violation in %d reads: it would not catch the bug", off)
 	}
