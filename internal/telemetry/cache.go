@@ -33,23 +33,11 @@ func (t *Telemetry) ObserveCache(stats func() []cache.ServerStats) error {
 		"sluice.cache.breaker_state":          func(s cache.ServerStats) int64 { return breakerStates[s.BreakerState] },
 		"sluice.cache.owed_tombstones":        func(s cache.ServerStats) int64 { return s.OwedTombstones },
 	}
-	var insts []metric.Observable
-	obs := map[metric.Observable]func(cache.ServerStats) int64{}
-	for name, f := range counters {
-		c, err := m.Int64ObservableCounter(name)
-		if err != nil {
-			return err
-		}
-		insts, obs[c] = append(insts, c), f
+	insts, obs, err := observables(m, counters, gauges)
+	if err != nil {
+		return err
 	}
-	for name, f := range gauges {
-		g, err := m.Int64ObservableGauge(name)
-		if err != nil {
-			return err
-		}
-		insts, obs[g] = append(insts, g), f
-	}
-	_, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		for _, s := range stats() {
 			attrs := metric.WithAttributes(attribute.String("server", s.Addr))
 			for inst, f := range obs {

@@ -39,21 +39,9 @@ func (t *Telemetry) ObserveMemory(stats func() guard.MemoryStats) error {
 			return s.Connections.Accepted
 		},
 	}
-	var insts []metric.Observable
-	obs := map[metric.Observable]func(guard.MemoryStats) int64{}
-	for name, f := range gauges {
-		g, err := m.Int64ObservableGauge(name)
-		if err != nil {
-			return err
-		}
-		insts, obs[g] = append(insts, g), f
-	}
-	for name, f := range counters {
-		c, err := m.Int64ObservableCounter(name)
-		if err != nil {
-			return err
-		}
-		insts, obs[c] = append(insts, c), f
+	insts, obs, err := observables(m, counters, gauges)
+	if err != nil {
+		return err
 	}
 	refused, err := m.Int64ObservableCounter("sluice.request_bytes.refused",
 		metric.WithDescription("Streams refused at their start because the request bytes being received were at the process-wide cap (ledger=request, scope=process) or the caller's share (scope=caller), or a response at the response-bytes cap (ledger=response)."))

@@ -24,23 +24,11 @@ func (t *Telemetry) ObserveNearCache(stats func() nearcache.Stats) error {
 		"sluice.near_cache.bytes":     func(s nearcache.Stats) int64 { return int64(s.Bytes) },
 		"sluice.near_cache.max_bytes": func(s nearcache.Stats) int64 { return int64(s.MaxBytes) },
 	}
-	var insts []metric.Observable
-	obs := map[metric.Observable]func(nearcache.Stats) int64{}
-	for name, f := range counters {
-		c, err := m.Int64ObservableCounter(name)
-		if err != nil {
-			return err
-		}
-		insts, obs[c] = append(insts, c), f
+	insts, obs, err := observables(m, counters, gauges)
+	if err != nil {
+		return err
 	}
-	for name, f := range gauges {
-		g, err := m.Int64ObservableGauge(name)
-		if err != nil {
-			return err
-		}
-		insts, obs[g] = append(insts, g), f
-	}
-	_, err := m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		s := stats()
 		for inst, f := range obs {
 			o.ObserveInt64(inst.(metric.Int64Observable), f(s))
