@@ -56,7 +56,7 @@ type Socket struct {
 	Inode         uint64 // 0 for sockets no process owns (TIME_WAIT)
 }
 
-// All returns every TCP socket on the machine (IPv4 and IPv6).
+// All returns every TCP socket on the machine (IPv4 and IPv6), each once.
 func All() ([]Socket, error) {
 	var out []Socket
 	for _, file := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
@@ -66,7 +66,34 @@ func All() ([]Socket, error) {
 		}
 		out = append(out, rows...)
 	}
-	return out, nil
+	return unique(out), nil
+}
+
+// unique drops repeated rows. The kernel's table is read a page at a
+// time, and a socket that moves in its hash table between two reads
+// appears twice; on a busy machine that happens often enough to make one
+// connection count as two. A connection is one 4-tuple, whatever state
+// each copy caught it in; listening sockets, which share a zero remote
+// end, are told apart by inode.
+func unique(rows []Socket) []Socket {
+	type key struct {
+		local, remote netip.AddrPort
+		inode         uint64
+	}
+	seen := make(map[key]bool, len(rows))
+	out := rows[:0]
+	for _, s := range rows {
+		k := key{local: s.Local, remote: s.Remote}
+		if s.State == Listen {
+			k.inode = s.Inode
+		}
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		out = append(out, s)
+	}
+	return out
 }
 
 // To counts sockets whose remote end is remote, by state. Sockets a
@@ -87,12 +114,18 @@ func To(remote netip.AddrPort) (map[State]int, error) {
 		if s.Remote != remote {
 			continue
 		}
-		if s.Inode == 0 || mine[s.Inode] {
+		if mine[s.Inode] || ownerless(s) {
 			counts[s.State]++
 		}
 	}
 	return counts, nil
 }
+
+// ownerless reports whether s is a socket no process holds any more: one
+// closed and still in TIME_WAIT or another closing state. An open
+// connection always has its owner's inode, so an ESTABLISHED row with
+// none is the server's end of one not yet accepted, never this process's.
+func ownerless(s Socket) bool { return s.Inode == 0 && s.State != Established }
 
 // socketInodes returns the inodes of the sockets this process has open.
 func socketInodes() (map[uint64]bool, error) {

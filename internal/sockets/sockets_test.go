@@ -64,3 +64,23 @@ func TestToCountsOwnConnection(t *testing.T) {
 		t.Errorf("TimeWait.String() = %q", TimeWait.String())
 	}
 }
+
+// Tests that a connection the table lists twice (it moved between two
+// page reads, possibly changing state) is counted once, while two
+// listeners sharing a port stay two.
+func TestUniqueDropsRepeatedRows(t *testing.T) {
+	server := netip.MustParseAddrPort("127.0.0.1:11211")
+	client := netip.MustParseAddrPort("127.0.0.1:50000")
+	anyAddr := netip.MustParseAddrPort("0.0.0.0:0")
+	rows := []Socket{
+		{Local: client, Remote: server, State: Established, Inode: 7},
+		{Local: server, Remote: anyAddr, State: Listen, Inode: 1},
+		{Local: server, Remote: anyAddr, State: Listen, Inode: 2},
+		{Local: client, Remote: server, State: Established, Inode: 7},
+		{Local: client, Remote: server, State: FinWait1, Inode: 7},
+	}
+	got := unique(rows)
+	if len(got) != 3 || got[0].State != Established || got[1].Inode != 1 || got[2].Inode != 2 {
+		t.Fatalf("unique = %+v; want the connection once and both listeners", got)
+	}
+}
