@@ -22,8 +22,8 @@ import (
 // old version from the new.
 type thawChange struct {
 	name string
-	// change writes or deletes the post through sluice.
-	change func(ctx context.Context, t *testing.T, c sluicev1.PostRecordsClient, uri string)
+	// change writes, deletes or takes down the post through sluice.
+	change func(ctx context.Context, t *testing.T, conn *grpc.ClientConn, uri string)
 	// stale reports whether a read answer shows the version from before
 	// the change.
 	stale func(r *sluicev1.PostRecord, oldCID string) bool
@@ -32,8 +32,8 @@ type thawChange struct {
 var thawChanges = []thawChange{
 	{
 		name: "delete",
-		change: func(ctx context.Context, t *testing.T, c sluicev1.PostRecordsClient, uri string) {
-			resp, err := c.DeletePostRecords(ctx, &sluicev1.DeletePostRecordsRequest{Uris: []string{uri}})
+		change: func(ctx context.Context, t *testing.T, conn *grpc.ClientConn, uri string) {
+			resp, err := sluicev1.NewPostRecordsClient(conn).DeletePostRecords(ctx, &sluicev1.DeletePostRecordsRequest{Uris: []string{uri}})
 			if err != nil || resp.GetDeleted() != 1 {
 				t.Fatalf("DeletePostRecords = %v, %v; want 1 deleted", resp, err)
 			}
@@ -42,22 +42,39 @@ var thawChanges = []thawChange{
 	},
 	{
 		name: "new-version",
-		change: func(ctx context.Context, t *testing.T, c sluicev1.PostRecordsClient, uri string) {
+		change: func(ctx context.Context, t *testing.T, conn *grpc.ClientConn, uri string) {
 			rec := &sluicev1.PostRecord{Uri: uri, Cid: "bafyreithawednewversion",
 				Record: []byte(`{"$type":"app.bsky.feed.post","text":"edited while memcached was frozen","createdAt":"2024-11-05T14:30:15Z"}`)}
-			resp, err := c.PutPostRecords(ctx, &sluicev1.PutPostRecordsRequest{Records: []*sluicev1.PostRecord{rec}})
+			resp, err := sluicev1.NewPostRecordsClient(conn).PutPostRecords(ctx, &sluicev1.PutPostRecordsRequest{Records: []*sluicev1.PostRecord{rec}})
 			if err != nil || resp.GetWritten() != 1 {
 				t.Fatalf("PutPostRecords = %v, %v; want 1 written", resp, err)
 			}
 		},
 		stale: func(r *sluicev1.PostRecord, oldCID string) bool { return r.GetCid() == oldCID },
 	},
+	{
+		// A takedown issued during a memcached outage: the moderation
+		// write, through sluice.v1.Records as a moderation service sends
+		// it. Served without its takedown_ref, the post would be shown.
+		name: "takedown",
+		change: func(ctx context.Context, t *testing.T, conn *grpc.ClientConn, uri string) {
+			resp, err := sluicev1.NewRecordsClient(conn).UpdateTakedowns(ctx, &sluicev1.UpdateTakedownsRequest{
+				Takedowns: []*sluicev1.Takedown{{Uri: uri, TakedownRef: thawTakedownRef}}})
+			if err != nil || resp.GetUpdated() != 1 {
+				t.Fatalf("UpdateTakedowns = %v, %v; want 1 updated", resp, err)
+			}
+		},
+		stale: func(r *sluicev1.PostRecord, _ string) bool { return r.GetTakedownRef() != thawTakedownRef },
+	},
 }
+
+// thawTakedownRef is the reference the takedown variant sets.
+const thawTakedownRef = "mod:thaw-test-takedown"
 
 // Tests the outage the invalidation journal exists for, against the real
 // binary and a real memcached: a post is read twice (cached), memcached is
 // frozen with SIGSTOP, reads go on until the breaker opens, the post is
-// deleted (or rewritten) — sluice acknowledges it while its tombstone
+// deleted (or rewritten, or taken down) — sluice acknowledges it while its tombstone
 // cannot be written — and memcached is thawed with SIGCONT. No read after
 // the thaw may return the old version. The same run with the journal
 // disabled (the behaviour before it) must return the old version after
@@ -109,8 +126,8 @@ func thawRun(t *testing.T, ch thawChange, disabled bool) int {
 		return resp.GetRecords()[0]
 	}
 	first := read()
-	if !first.GetFound() {
-		t.Fatalf("seeded post %s not found", uri)
+	if !first.GetFound() || !ch.stale(first, first.GetCid()) {
+		t.Fatalf("seeded post %s not found or already %s: %v", uri, ch.name, first)
 	}
 	read()
 	if hits := metric(t, sl, "sluice_cache_hits_total"); hits < 1 {
@@ -132,7 +149,7 @@ func thawRun(t *testing.T, ch thawChange, disabled bool) int {
 		read()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	ch.change(ctx, t, client, uri)
+	ch.change(ctx, t, conn, uri)
 	cancel()
 	if r := read(); ch.stale(r, first.GetCid()) {
 		t.Fatalf("a read while memcached is frozen returned the old version: %v", r)
