@@ -272,7 +272,7 @@ func (a *App) registerBsky(st store.Store, requests *telemetry.Requests) error {
 	if err := a.Guard.Register(&bsky.Service_ServiceDesc, svc); err != nil {
 		return err
 	}
-	w, err := records.New(services, threads)
+	w, err := records.New(services, threads, records.WithHorizon(a.Near.Horizon()))
 	if err != nil {
 		return err
 	}

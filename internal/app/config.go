@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
 	"github.com/sluice-dev/sluice/internal/bskyrpc"
 	"github.com/sluice-dev/sluice/internal/cache"
 	"github.com/sluice-dev/sluice/internal/guard"
@@ -235,10 +236,29 @@ func (c Config) Validate() error {
 	if err := c.SLO.Validate(); err != nil {
 		errs = append(errs, err)
 	}
+	errs = append(errs, c.checkTakedownTimeouts()...)
 	if longest := c.longestTimeout(); c.Cache.TombstoneTTL <= longest {
 		errs = append(errs, fmt.Errorf("config: cache tombstone_ttl %v must exceed the longest method timeout %v, or a slow read could refill a stale record", c.Cache.TombstoneTTL, longest))
 	}
 	return errors.Join(errs...)
+}
+
+// checkTakedownTimeouts refuses write methods that cannot wait out the
+// near cache's horizon: a takedown or lift is answered only near_cache.ttl
+// after its invalidation (so that no replica still answers the old
+// state), and a method timeout no longer than that would fail every one.
+func (c Config) checkTakedownTimeouts() []error {
+	if !c.Near.Enabled() {
+		return nil
+	}
+	var errs []error
+	for _, m := range []string{"PutRecords", "UpdateTakedowns"} {
+		name := sluicev1.Records_ServiceDesc.ServiceName + "/" + m
+		if p, ok := c.Guard.Methods[name]; ok && p.Timeout <= c.Near.TTL {
+			errs = append(errs, fmt.Errorf("config: method %s timeout %v must exceed near_cache.ttl %v: a takedown is answered only once no replica's near cache can still answer the old state, near_cache.ttl after it was invalidated", name, p.Timeout, c.Near.TTL))
+		}
+	}
+	return errs
 }
 
 // longestEntry is the longest a cache entry lives.

@@ -49,6 +49,7 @@ func TestConfigErrors(t *testing.T) {
 		{name: "bad budget", yaml: "admission:\n  clients:\n    bulk: {items_per_second: 0, burst: 1, max_inflight_items: 1}\n", want: `admission: client "bulk": items_per_second must be a positive number`},
 		{name: "queue target over interval", yaml: "guard:\n  queue_target: 1s\n", want: "target 1s must not exceed interval 100ms"},
 		{name: "tombstone too short", yaml: "cache:\n  tombstone_ttl: 1s\n", want: "tombstone_ttl 1s must exceed the longest method timeout 2s"},
+		{name: "takedown cannot wait out the near cache", yaml: "near_cache:\n  ttl: 2s\n", want: "method sluice.v1.Records/UpdateTakedowns timeout 2s must exceed near_cache.ttl 2s"},
 		{name: "availability objective too low", yaml: "slo:\n  availability: 0.9\n", want: "slo: availability must be between 0.95 and 0.99999, got 0.9"},
 		{name: "latency objective of one", yaml: "slo:\n  latency: {objective: 1}\n", want: "slo: latency.objective must be between 0.95 and 0.99999, got 1"},
 		{name: "negative latency threshold", yaml: "slo:\n  latency: {threshold: -5ms}\n", want: "slo: latency.threshold must be positive and at most 1m0s, got -5ms"},

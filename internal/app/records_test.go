@@ -9,6 +9,7 @@ import (
 	"github.com/sluice-dev/sluice/api/bsky"
 	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
 	"github.com/sluice-dev/sluice/internal/bskyrpc"
+	"github.com/sluice-dev/sluice/internal/store/cqlstore/cqltest"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -302,5 +303,67 @@ func TestRecordsOpThreads(t *testing.T) {
 	}
 	if got := read(root, true); len(got) != 1 || fmt.Sprint(got[0].GetUris()) != fmt.Sprint([]string{root, first.Uri}) {
 		t.Errorf("op_threads after deleting the last OP reply = %v, want [%s %s]", got, root, first.Uri)
+	}
+}
+
+// Tests that a takedown through one replica is seen on the very next read
+// through another replica that holds the record in its near cache and has
+// no journal follower to tell it, and so is its lift: each is answered
+// only once the near-cache horizon has passed, so no replica still
+// answers the old state.
+func TestTakedownSeenAtOnceThroughAnotherReplicasNearCache(t *testing.T) {
+	keyspace := withCQL(cqltest.Keyspace(t, "sluice_test_app_horizon"))
+	replica := func(c *Config) {
+		keyspace(c)
+		c.Telemetry.Clients = []string{"appview"}
+		c.Near.TTL = time.Second
+		// Patient writes on a busy machine: the takedown itself may take
+		// longer than the default timeout leaves beside the horizon.
+		for _, m := range []string{"PutRecords", "UpdateTakedowns"} {
+			name := sluicev1.Records_ServiceDesc.ServiceName + "/" + m
+			p := c.Guard.Methods[name]
+			p.Timeout = 4 * time.Second
+			c.Guard.Methods[name] = p
+		}
+		c.Cache.TombstoneTTL = 5 * time.Second
+	}
+	writer := startServer(t, 0, replica)
+	reader := startServer(t, 0, func(c *Config) {
+		replica(c)
+		c.Cache.Servers = []string{writer.memcached.Addr()}
+		c.Journal.Disabled = true
+	})
+	w := sluicev1.NewRecordsClient(writer.conn)
+	rec := writeRec(alice, "app.bsky.feed.post", "3khorizon", `,"text":"t"`)
+	if _, err := w.PutRecords(writer.appviewCtx(), &sluicev1.PutRecordsRequest{Records: []*sluicev1.Record{rec}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range []struct {
+		name, ref string
+	}{{"takedown", "mod:horizon"}, {"lift", ""}} {
+		reader.readFromNearCache(t, rec.Uri, step.ref != "") // the state before the step
+		resp, err := w.UpdateTakedowns(writer.appviewCtx(), &sluicev1.UpdateTakedownsRequest{Takedowns: []*sluicev1.Takedown{{Uri: rec.Uri, TakedownRef: step.ref}}})
+		if err != nil || resp.GetUpdated() != 1 {
+			t.Fatalf("%s: UpdateTakedowns = %v, %v", step.name, resp, err)
+		}
+		if got := reader.readTakedown(t, rec.Uri); got != (step.ref != "") {
+			t.Fatalf("%s acknowledged, but the replica holding the post in its near cache answers taken down = %v", step.name, got)
+		}
+	}
+}
+
+// readFromNearCache reads uri until this replica answers it from its near
+// cache, checking every answer's takedown state is the one expected
+// (taken down unless visible).
+func (ts *testServer) readFromNearCache(t *testing.T, uri string, visible bool) {
+	t.Helper()
+	before := ts.app.Near.Stats().Hits
+	for deadline := time.Now().Add(30 * time.Second); ts.app.Near.Stats().Hits == before; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s was never answered from the near cache: %+v", uri, ts.app.Near.Stats())
+		}
+		if ts.readTakedown(t, uri) == visible {
+			t.Fatalf("%s reads as taken down = %v before the change", uri, visible)
+		}
 	}
 }

@@ -11,8 +11,11 @@
 // not kept. It refuses what it cannot keep honest: entries come only from
 // the shared cache (after the read path has filled it), never from the
 // store directly, and writes on other replicas are seen only when the
-// entry expires (at most TTL later) or when the journal follower forgets
-// it. It knows nothing of records: keys are URIs, values cache.Entry.
+// entry expires or when the journal follower forgets it. An entry expires
+// TTL after the shared-cache read that fetched it began, however long that
+// read took, so Horizon bounds how long any replica may answer a value the
+// shared cache no longer holds. It knows nothing of records: keys are
+// URIs, values cache.Entry.
 package nearcache
 
 import (
@@ -85,7 +88,8 @@ const generations = 4096
 // safe for concurrent use.
 type Cache struct {
 	shared Shared
-	mem    *otter.Cache[string, cache.Entry] // nil when off
+	ttl    time.Duration
+	mem    *otter.Cache[string, held] // nil when off
 	counts *stats.Counter
 	// overflows counts entries evicted for the byte cap.
 	overflows atomic.Uint64
@@ -101,17 +105,17 @@ func New(cfg Config, shared Shared) (*Cache, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Cache{shared: shared, seed: maphash.MakeSeed()}
+	c := &Cache{shared: shared, ttl: cfg.TTL, seed: maphash.MakeSeed()}
 	if !cfg.Enabled() {
 		return c, nil
 	}
 	c.counts = stats.NewCounter()
-	mem, err := otter.New(&otter.Options[string, cache.Entry]{
+	mem, err := otter.New(&otter.Options[string, held]{
 		MaximumWeight:    uint64(cfg.MaxBytes),
 		Weigher:          weigh,
-		ExpiryCalculator: otter.ExpiryWriting[string, cache.Entry](cfg.TTL),
+		ExpiryCalculator: otter.ExpiryWriting[string, held](cfg.TTL),
 		StatsRecorder:    c.counts,
-		OnAtomicDeletion: func(e otter.DeletionEvent[string, cache.Entry]) {
+		OnAtomicDeletion: func(e otter.DeletionEvent[string, held]) {
 			if e.Cause == otter.CauseOverflow {
 				c.overflows.Add(1)
 			}
@@ -128,9 +132,23 @@ func New(cfg Config, shared Shared) (*Cache, error) {
 	return c, nil
 }
 
-func weigh(key string, e cache.Entry) uint32 {
-	return uint32(min(len(key)+len(e.Value)+entryOverhead, 1<<31))
+// held is an entry with the time the shared-cache read that returned it
+// began: it is answered only until TTL after that.
+type held struct {
+	entry  cache.Entry
+	readAt time.Time
 }
+
+func weigh(key string, h held) uint32 {
+	return uint32(min(len(key)+len(h.entry.Value)+entryOverhead, 1<<31))
+}
+
+// Horizon is how long after a key's shared-cache entry was invalidated a
+// near cache with this one's config may still answer the old value — on a
+// replica that did not see the invalidation: its TTL (0 when off). A
+// writer that waits Horizon after invalidating knows no replica sharing
+// the config answers the old value any more.
+func (c *Cache) Horizon() time.Duration { return c.ttl }
 
 // GetMulti answers what it holds from memory and asks the shared cache
 // for the rest, keeping those answers for the TTL.
@@ -141,9 +159,10 @@ func (c *Cache) GetMulti(ctx context.Context, uris []string) map[string]cache.En
 	out := make(map[string]cache.Entry, len(uris))
 	var misses []string
 	var before []uint64
+	now := time.Now()
 	for _, uri := range uris {
-		if e, ok := c.mem.GetIfPresent(uri); ok {
-			out[uri] = e
+		if h, ok := c.mem.GetIfPresent(uri); ok && now.Sub(h.readAt) < c.ttl {
+			out[uri] = h.entry
 			continue
 		}
 		misses = append(misses, uri)
@@ -159,7 +178,7 @@ func (c *Cache) GetMulti(ctx context.Context, uris []string) map[string]cache.En
 			continue
 		}
 		out[uri] = e
-		c.keep(uri, e, before[i])
+		c.keep(uri, held{entry: e, readAt: now}, before[i])
 	}
 	return out
 }
@@ -168,12 +187,12 @@ func (c *Cache) GetMulti(ctx context.Context, uris []string) map[string]cache.En
 // returned e did. Checking after the store closes the race with an
 // Invalidate between the check and the store: either this check sees the
 // counter moved, or that Invalidate's delete comes after this store.
-func (c *Cache) keep(uri string, e cache.Entry, before uint64) {
+func (c *Cache) keep(uri string, h held, before uint64) {
 	g := c.gen(uri)
 	if g.Load() != before {
 		return
 	}
-	c.mem.Set(uri, e)
+	c.mem.Set(uri, h)
 	if g.Load() != before {
 		c.mem.Invalidate(uri)
 	}

@@ -126,7 +126,7 @@ func TestBytesStayUnderTheCap(t *testing.T) {
 func heldBytes(c *Cache) int {
 	n := 0
 	for k, e := range c.mem.All() {
-		n += len(k) + len(e.Value)
+		n += len(k) + len(e.entry.Value)
 	}
 	return n
 }
@@ -173,6 +173,37 @@ func TestReadInFlightDuringInvalidateDoesNotKeepTheOldValue(t *testing.T) {
 	shared.Fill(ctx, map[string]cache.Entry{uri[0]: {Value: []byte("new")}}) // blocked by the tombstone
 	if got, ok := near.GetMulti(ctx, uri)[uri[0]]; ok {
 		t.Fatalf("read after Invalidate returned %q; the old value was kept in memory", got.Value)
+	}
+}
+
+// Tests that an entry is answered from memory only until TTL after the
+// shared-cache read that fetched it began, not TTL after that read
+// returned: a read slower than the TTL keeps nothing servable, so Horizon
+// bounds every replica's staleness however slow its reads are.
+func TestEntryLifetimeStartsWhenTheReadBegins(t *testing.T) {
+	ctx := testContext(t)
+	const ttl = 50 * time.Millisecond
+	shared := &gatedShared{Cache: sharedCache(t), answered: make(chan struct{}), release: make(chan struct{})}
+	near := newNear(t, Config{TTL: ttl, MaxBytes: 1 << 20}, shared)
+	if near.Horizon() != ttl {
+		t.Fatalf("Horizon = %v, want the TTL %v", near.Horizon(), ttl)
+	}
+	uri := uniqueURIs(t, 1)
+	shared.Fill(ctx, map[string]cache.Entry{uri[0]: {Value: []byte("v")}})
+
+	answered := shared.answered
+	done := make(chan map[string]cache.Entry)
+	go func() { done <- near.GetMulti(ctx, uri) }()
+	<-answered
+	time.Sleep(2 * ttl) // the read is slower than the TTL
+	close(shared.release)
+	if got := <-done; string(got[uri[0]].Value) != "v" {
+		t.Fatalf("the slow read returned %+v, want the value", got)
+	}
+	before := sharedHits(shared.Cache)
+	near.GetMulti(ctx, uri)
+	if sharedHits(shared.Cache) == before {
+		t.Fatal("the next read was answered from memory, though the read that fetched the entry began over a TTL ago")
 	}
 }
 

@@ -15,7 +15,10 @@
 //
 // Each collection's writes go through its posts.Service (validation,
 // store write, then cache invalidation), so the next read from any
-// replica sees them. Records does not decide what a batch may hold (the
+// replica sees them — but for replicas' near caches, which may answer an
+// entry read before the invalidation for up to their horizon. A takedown
+// or lift is not acknowledged until that horizon has passed, so that once
+// it is, no replica answers the old moderation state (see WithHorizon). Records does not decide what a batch may hold (the
 // guard does) nor map errors to status codes (package rpc does).
 package records
 
@@ -44,13 +47,25 @@ const (
 type Writer struct {
 	services map[string]*posts.Service
 	threads  *posts.Service // the OP-thread indexes (package opthread)
+	horizon  time.Duration
+}
+
+// Option configures a Writer.
+type Option func(*Writer)
+
+// WithHorizon makes takedowns and lifts wait d after their cache entries
+// were invalidated before they are answered: the longest any replica's
+// near cache may still answer an entry it read before (nearcache's
+// Horizon, the same on every replica that shares the config).
+func WithHorizon(d time.Duration) Option {
+	return func(w *Writer) { w.horizon = d }
 }
 
 // New returns a writer over services, keyed by collection, keeping the
 // OP-thread indexes of posts through threads. services must hold the
 // post, thread-gate and post-gate collections, and threads serve
 // opthread.Collection.
-func New(services map[string]*posts.Service, threads *posts.Service) (*Writer, error) {
+func New(services map[string]*posts.Service, threads *posts.Service, opts ...Option) (*Writer, error) {
 	for _, c := range []string{PostCollection, ThreadgateCollection, PostgateCollection} {
 		if services[c] == nil {
 			return nil, fmt.Errorf("records: no service for %s", c)
@@ -59,7 +74,11 @@ func New(services map[string]*posts.Service, threads *posts.Service) (*Writer, e
 	if threads == nil || threads.Collection() != opthread.Collection {
 		return nil, fmt.Errorf("records: no service for the OP-thread indexes (%s)", opthread.Collection)
 	}
-	return &Writer{services: services, threads: threads}, nil
+	w := &Writer{services: services, threads: threads}
+	for _, o := range opts {
+		o(w)
+	}
+	return w, nil
 }
 
 // Takedown sets (TakedownRef non-empty) or lifts one record's takedown.
@@ -127,7 +146,36 @@ func (w *Writer) Put(ctx context.Context, recs []store.Record) (int, error) {
 	if err := w.indexOPReplies(ctx, parsed, recs); err != nil {
 		return written, err
 	}
+	if anyTakenDown(recs) {
+		return written, w.settle(ctx)
+	}
 	return written, nil
+}
+
+func anyTakenDown(recs []store.Record) bool {
+	for _, r := range recs {
+		if r.TakedownRef != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// settle waits out the horizon: until no replica's near cache answers a
+// value read before the invalidations just made. The change is stored and
+// invalidated either way; an error says only that the caller left first.
+func (w *Writer) settle(ctx context.Context) error {
+	if w.horizon <= 0 {
+		return nil
+	}
+	t := time.NewTimer(w.horizon)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("the change is stored, but other replicas may answer the old state for up to %v more: %w", w.horizon, ctx.Err())
+	}
 }
 
 // Delete deletes records of any served collection and reports how many
@@ -212,7 +260,10 @@ func (w *Writer) UpdateTakedowns(ctx context.Context, takedowns []Takedown) (int
 		}
 		return err
 	})
-	return int(updated.Load()), err
+	if err != nil || updated.Load() == 0 {
+		return int(updated.Load()), err
+	}
+	return int(updated.Load()), w.settle(ctx)
 }
 
 // check validates the record at position i and returns its parsed URI.
