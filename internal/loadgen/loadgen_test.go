@@ -123,7 +123,7 @@ func TestOpenLoopKeepsScheduleWhileServerStalls(t *testing.T) {
 		t.Fatalf("vital signs: %+v; want a sample every 200 ms", v)
 	}
 	capConns := float64(s.Config.Cache.MaxConnsPerServer)
-	if v.Peak.MemcachedConns < 1 || v.Peak.MemcachedConns > capConns || v.Peak.Goroutines < 1 || v.Peak.Threads < 1 || v.Peak.RSSBytes < 1 {
+	if v.Peak.MemcachedConns < 1 || v.Peak.MemcachedConns > capConns || v.Peak.Goroutines < 1 || v.Peak.Threads < 1 || v.Peak.RSSBytes < 1 || v.Peak.HeapBytes < 1 || v.Peak.MemoryLimitBytes < 1 {
 		t.Errorf("vital signs peak %+v: want connections in [1, %v] and live process figures", v.Peak, capConns)
 	}
 	if v.Peak.MemcachedTWait < 0 || v.Sources["time_wait"] == "" {

@@ -198,6 +198,8 @@ func vitalsTable(w io.Writer, rs [4]*report.Report) {
 		{"goroutines", peakOf(func(s report.Sample) float64 { return s.Goroutines })},
 		{"OS threads", peakOf(func(s report.Sample) float64 { return s.Threads })},
 		{"RSS MiB", peakOf(func(s report.Sample) float64 { return s.RSSBytes / (1 << 20) })},
+		{"Go heap in use MiB", peakOf(func(s report.Sample) float64 { return s.HeapBytes / (1 << 20) })},
+		{"Go memory limit MiB", func(v *report.Vitals) string { return limitMiB(v.Peak.MemoryLimitBytes) }},
 		{"cache errors", func(v *report.Vitals) string {
 			return fmt.Sprintf("%s → %s", num(v.First.CacheErrors), num(v.Last.CacheErrors))
 		}},
@@ -238,6 +240,7 @@ func targets(w io.Writer, rounds []round, ratios p99Ratios, connCap, bound int, 
 		fmt.Fprintf(w, "| memcached connections ≤ cap %d, all rounds | peak %s | %s |\n", connCap, num(v.conns), verdict(v.conns >= 0 && v.conns <= float64(connCap)))
 		fmt.Fprintf(w, "| dials flat after warm-up, all rounds | at most +%s during a run | %s |\n", num(v.dialRise), verdict(v.dialRise == 0))
 		fmt.Fprintf(w, "| TIME_WAIT toward memcached ≤ cap %d, all rounds | peak %s | %s |\n", connCap, num(v.timeWait), verdict(v.timeWait >= 0 && v.timeWait <= float64(connCap)))
+		fmt.Fprintf(w, "| peak RSS under the Go memory limit, all rounds | %s | %s |\n", rssOfLimit(v.rss, v.limit), verdict(v.rss > 0 && v.limit > 0 && v.limit < report.NoMemoryLimit && v.rss < v.limit))
 		if bound > 0 {
 			fmt.Fprintf(w, "| goroutines under the config's bound %d (%s), all rounds | peak %s | %s |\n", bound, note, num(v.goroutines), verdict(v.goroutines < float64(bound)))
 		}
@@ -249,29 +252,49 @@ func targets(w io.Writer, rounds []round, ratios p99Ratios, connCap, bound int, 
 // runs with bulk of every round.
 type worstVitals struct {
 	conns, dialRise, timeWait, goroutines float64
+	// rss is the highest peak RSS, limit the lowest Go memory limit.
+	rss, limit float64
 }
 
-// worstOver returns the highest peak of connections, TIME_WAIT and
-// goroutines, and the largest rise in dials during one run. ok is false
-// when no run sampled the server.
+// worstOver returns the highest peak of connections, TIME_WAIT,
+// goroutines and RSS, the largest rise in dials during one run, and the
+// lowest memory limit. ok is false when no run sampled the server.
 func worstOver(rounds []round) (w worstVitals, ok bool) {
 	for _, r := range rounds {
 		v := r.with.Vitals
 		if v == nil {
 			continue
 		}
-		this := worstVitals{v.Peak.MemcachedConns, v.Last.MemcachedDials - v.First.MemcachedDials, v.Peak.MemcachedTWait, v.Peak.Goroutines}
+		this := worstVitals{v.Peak.MemcachedConns, v.Last.MemcachedDials - v.First.MemcachedDials, v.Peak.MemcachedTWait, v.Peak.Goroutines, v.Peak.RSSBytes, v.Peak.MemoryLimitBytes}
 		if !ok {
 			w, ok = this, true
 			continue
 		}
-		w = worstVitals{max(w.conns, this.conns), max(w.dialRise, this.dialRise), max(w.timeWait, this.timeWait), max(w.goroutines, this.goroutines)}
+		w = worstVitals{max(w.conns, this.conns), max(w.dialRise, this.dialRise), max(w.timeWait, this.timeWait), max(w.goroutines, this.goroutines),
+			max(w.rss, this.rss), min(w.limit, this.limit)}
 	}
 	return w, ok
 }
 
 func peakOf(get func(report.Sample) float64) func(*report.Vitals) string {
 	return func(v *report.Vitals) string { return num(get(v.Peak)) }
+}
+
+// limitMiB formats a Go memory limit in MiB: "none" when the runtime
+// reports no limit.
+func limitMiB(v float64) string {
+	if v >= report.NoMemoryLimit {
+		return "none"
+	}
+	return num(v / (1 << 20))
+}
+
+// rssOfLimit says the peak RSS against the memory limit, in MiB.
+func rssOfLimit(rss, limit float64) string {
+	if limit >= report.NoMemoryLimit {
+		return fmt.Sprintf("peak %s MiB; no memory limit set", num(rss/(1<<20)))
+	}
+	return fmt.Sprintf("peak %s MiB of %s MiB", num(rss/(1<<20)), limitMiB(limit))
 }
 
 func num(v float64) string {

@@ -69,3 +69,32 @@ func TestMedianOfEvenRounds(t *testing.T) {
 		t.Errorf("median of 1, 4, 2, 3 = %.2f, want 2.5", got)
 	}
 }
+
+func TestRSSUnderMemoryLimit(t *testing.T) {
+	const mib = 1 << 20
+	memory := func(rss, limit float64) *report.Vitals {
+		return &report.Vitals{Peak: report.Sample{RSSBytes: rss * mib, MemoryLimitBytes: limit * mib}}
+	}
+	without := reportWith(map[string]float64{"feed": 10}, nil)
+	for _, tc := range []struct {
+		name  string
+		peaks [][2]float64 // RSS and limit in MiB, per round
+		want  string
+	}{
+		{"under", [][2]float64{{100, 512}, {120, 512}}, "peak 120 MiB of 512 MiB | met"},
+		{"one round over", [][2]float64{{100, 512}, {600, 512}}, "peak 600 MiB of 512 MiB | **not met**"},
+		{"no limit set", [][2]float64{{100, float64(report.NoMemoryLimit) / mib}}, "peak 100 MiB; no memory limit set | **not met**"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var rounds []round
+			for _, p := range tc.peaks {
+				rounds = append(rounds, round{reportWith(map[string]float64{"feed": 10}, memory(p[0], p[1])), without})
+			}
+			var md bytes.Buffer
+			targets(&md, rounds, ratiosOf(rounds), 64, 0, "")
+			if !strings.Contains(md.String(), tc.want) {
+				t.Errorf("targets table lacks %q:\n%s", tc.want, md.String())
+			}
+		})
+	}
+}

@@ -100,15 +100,21 @@ type Vitals struct {
 
 // Sample is one reading of the server's vital signs.
 type Sample struct {
-	Seconds         float64 `json:"t"`
-	Goroutines      float64 `json:"goroutines"`
-	Threads         float64 `json:"threads"`
-	RSSBytes        float64 `json:"rss_bytes"`
-	MemcachedConns  float64 `json:"memcached_conns"`
-	MemcachedDials  float64 `json:"memcached_dials"`
-	MemcachedTWait  float64 `json:"memcached_time_wait"`
-	CacheErrors     float64 `json:"cache_errors"`
-	ScrapeSucceeded bool    `json:"ok"`
+	Seconds    float64 `json:"t"`
+	Goroutines float64 `json:"goroutines"`
+	Threads    float64 `json:"threads"`
+	RSSBytes   float64 `json:"rss_bytes"`
+	// HeapBytes is the Go heap in use (go_memstats_heap_inuse_bytes).
+	HeapBytes float64 `json:"heap_bytes"`
+	// MemoryLimitBytes is the Go runtime's soft memory limit
+	// (go_gc_gomemlimit_bytes), the budget sluice's caps are checked
+	// against; math.MaxInt64 when none is set.
+	MemoryLimitBytes float64 `json:"memory_limit_bytes"`
+	MemcachedConns   float64 `json:"memcached_conns"`
+	MemcachedDials   float64 `json:"memcached_dials"`
+	MemcachedTWait   float64 `json:"memcached_time_wait"`
+	CacheErrors      float64 `json:"cache_errors"`
+	ScrapeSucceeded  bool    `json:"ok"`
 }
 
 // SLO is one checked target.

@@ -75,11 +75,26 @@ type figure struct {
 func count(v float64) string { return fmt.Sprintf("%.0f", v) }
 func mib(v float64) string   { return fmt.Sprintf("%.0f MiB", v/(1<<20)) }
 
+// limit formats a memory limit; the Go runtime reports math.MaxInt64
+// when none is set.
+func limit(v float64) string {
+	if v >= NoMemoryLimit {
+		return "none"
+	}
+	return mib(v)
+}
+
+// NoMemoryLimit is the smallest go_gc_gomemlimit_bytes that means no
+// limit is set (the runtime reports math.MaxInt64).
+const NoMemoryLimit = 1 << 62
+
 // Figures are the vital signs in report order.
 var figures = []figure{
 	{"goroutines", "goroutines", func(s Sample) float64 { return s.Goroutines }, count},
 	{"OS threads", "threads", func(s Sample) float64 { return s.Threads }, count},
 	{"RSS", "rss", func(s Sample) float64 { return s.RSSBytes }, mib},
+	{"Go heap in use", "heap", func(s Sample) float64 { return s.HeapBytes }, mib},
+	{"Go memory limit", "memory_limit", func(s Sample) float64 { return s.MemoryLimitBytes }, limit},
 	{"memcached connections", "memcached_conns", func(s Sample) float64 { return s.MemcachedConns }, count},
 	{"memcached dials (total)", "memcached_dials", func(s Sample) float64 { return s.MemcachedDials }, count},
 	{"TIME_WAIT toward memcached", "time_wait", func(s Sample) float64 { return s.MemcachedTWait }, count},

@@ -1,6 +1,7 @@
 // Package vitals samples a server's vital signs during a load run:
-// goroutines, OS threads, resident memory, memcached connections and
-// dials, cache errors, and sockets in TIME_WAIT toward memcached.
+// goroutines, OS threads, resident memory, the Go heap in use and the Go
+// memory limit, memcached connections and dials, cache errors, and
+// sockets in TIME_WAIT toward memcached.
 //
 // Figures come from the server's Prometheus /metrics (names as in the
 // "Metrics" section of docs/operations.md), with two local fallbacks for what the
@@ -60,6 +61,8 @@ const (
 	mGoThreads  = "go_threads"
 	mOSThreads  = "sluice_process_os_threads"
 	mRSS        = "process_resident_memory_bytes"
+	mHeap       = "go_memstats_heap_inuse_bytes"
+	mMemLimit   = "go_gc_gomemlimit_bytes"
 	mConns      = "sluice_memcached_connections_open"
 	mDials      = "sluice_memcached_dials_total"
 	mSockets    = "sluice_memcached_sockets"
@@ -125,13 +128,15 @@ func (s *Sampler) sampleOnce(ctx context.Context) {
 
 // Sample reads every figure once, and says where each came from.
 func (s *Sampler) Sample(ctx context.Context) (report.Sample, map[string]string, error) {
-	smp := report.Sample{Goroutines: -1, Threads: -1, RSSBytes: -1, MemcachedConns: -1, MemcachedDials: -1, MemcachedTWait: -1, CacheErrors: -1}
+	smp := report.Sample{Goroutines: -1, Threads: -1, RSSBytes: -1, HeapBytes: -1, MemoryLimitBytes: -1, MemcachedConns: -1, MemcachedDials: -1, MemcachedTWait: -1, CacheErrors: -1}
 	src := map[string]string{}
 	fams, err := s.scrape(ctx)
 	if err == nil {
 		smp.ScrapeSucceeded = true
 		smp.Goroutines = pick(fams, src, "goroutines", mGoroutines)
 		smp.RSSBytes = pick(fams, src, "rss", mRSS)
+		smp.HeapBytes = pick(fams, src, "heap", mHeap)
+		smp.MemoryLimitBytes = pick(fams, src, "memory_limit", mMemLimit)
 		smp.MemcachedConns = pick(fams, src, "memcached_conns", mConns)
 		smp.MemcachedDials = pick(fams, src, "memcached_dials", mDials)
 		smp.CacheErrors = pick(fams, src, "cache_errors", mCacheErrs)
@@ -233,6 +238,8 @@ func (s *Sampler) Result() *report.Vitals {
 		p.Goroutines = max(p.Goroutines, x.Goroutines)
 		p.Threads = max(p.Threads, x.Threads)
 		p.RSSBytes = max(p.RSSBytes, x.RSSBytes)
+		p.HeapBytes = max(p.HeapBytes, x.HeapBytes)
+		p.MemoryLimitBytes = max(p.MemoryLimitBytes, x.MemoryLimitBytes)
 		p.MemcachedConns = max(p.MemcachedConns, x.MemcachedConns)
 		p.MemcachedDials = max(p.MemcachedDials, x.MemcachedDials)
 		p.MemcachedTWait = max(p.MemcachedTWait, x.MemcachedTWait)
