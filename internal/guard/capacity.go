@@ -6,10 +6,11 @@ import (
 	"github.com/sluice-dev/sluice/internal/guard/queue"
 )
 
-// observeCapacity feeds one successful request's service time to the
-// adaptive item limit and applies a changed limit to the item queue.
+// observeCapacity feeds one successful request's service time, and the
+// items in flight as it finished, to the adaptive item limit and applies
+// a changed limit to the item queue.
 func (s *Server) observeCapacity(cost int64, took time.Duration) {
-	limit := s.limiter.Observe(cost, took, time.Now())
+	limit := s.limiter.Observe(cost, took, s.inflightItems.Load(), time.Now())
 	if s.itemLimit.Swap(limit) != limit {
 		s.items.SetCapacity(limit)
 	}

@@ -3,20 +3,27 @@
 // the manner of Netflix's concurrency-limits and Envoy's adaptive
 // concurrency filter.
 //
-// Every finished request reports its item count and service time. For
-// each size class (1 item, 2–3, 4–7, … by powers of two) a Limiter keeps
-// the no-load floor of that service time: a faster sample pulls it down
-// by at most FloorStep (so one lucky outlier does not move it far), and
-// slower ones let it rise by at most FloorDrift per second (so sustained
-// queueing is not mistaken for a slower machine within one overload, yet
-// a machine that really became slower is followed within a minute or
-// two, like Envoy's periodic re-measuring of the minimum). Each Interval it
-// compares the item-weighted median of service time over floor (1 when
-// nothing waits for the CPU or a connection; a median, so that a busy
-// machine's occasional stall does not read as a queue) with Tolerance:
+// Every finished request reports its item count, its service time and
+// how many items were in flight when it finished. For each size class
+// (1 item, 2–3, 4–7, … by powers of two) a Limiter keeps the no-load
+// floor of that service time as a windowed minimum, as BBR keeps its
+// minimum round-trip time: the second-fastest sample of each second,
+// the lowest of those over the last FloorWindow (10 s). So one lucky
+// outlier does not set the floor, and a floor learnt on an idle machine
+// expires: when the whole host becomes slower (another process takes a
+// core), the floors follow it within FloorWindow instead of reading the
+// slowdown as queueing for good. Each Interval the controller compares
+// the item-weighted median of service time over floor (1 when nothing
+// waits for the CPU or a connection; a median, so that a busy machine's
+// occasional stall does not read as a queue) with Tolerance:
 //
-//   - above Tolerance, work is queueing inside the process, so the limit
-//     is multiplied by Tolerance/ratio (at least by 1/2);
+//   - above Tolerance, work may be queueing inside the process, so the
+//     limit is multiplied by Tolerance/ratio (at least by 1/2). But when
+//     the limit did not bind in that interval (the most items in flight
+//     stayed under half of it), the latency did not come from the depth
+//     the limit allows, and lowering it further would not shorten it:
+//     the limit then falls no lower than twice the depth seen, keeping
+//     headroom, rather than to Min;
 //   - below it, the limit grows by up to a tenth, less the closer the
 //     ratio is to Tolerance;
 //
@@ -66,12 +73,15 @@ func (c Config) Validate() error {
 }
 
 const (
-	sizeClasses  = 16
-	FloorStep    = 0.02 // the most one faster sample lowers a floor
-	FloorDrift   = 0.01 // the most a floor rises per second
+	sizeClasses = 16
+	// FloorWindow is how long a floor sample counts.
+	FloorWindow  = 10 * time.Second
+	floorBuckets = 10   // FloorWindow in buckets of a second
 	floorSamples = 8    // samples a class needs before it is compared
 	maxGrowth    = 0.1  // the most the limit grows per interval
 	maxShrink    = 0.5  // the least it keeps per interval
+	bindFraction = 0.75 // depth, as a share of the limit, at which it binds
+	headroom     = 2    // the limit over the depth, when it does not bind
 )
 
 // Limiter is the controller. It is safe for concurrent use.
@@ -83,6 +93,7 @@ type Limiter struct {
 	floors  [sizeClasses]floor
 	start   time.Time // of the current interval
 	samples []ratio   // this interval's first maxSamples ratios
+	depth   int64     // the most items in flight seen this interval
 }
 
 // ratio is one request's service time over its floor, and its items.
@@ -91,10 +102,67 @@ type ratio struct{ r, items float64 }
 // maxSamples bounds the ratios kept per interval.
 const maxSamples = 512
 
+// floor is one size class's windowed minimum: per bucket of
+// FloorWindow/floorBuckets, the two fastest samples that finished no
+// deeper than the floor in force was learnt at (or than the Limiter's
+// Min). Deeper samples may include queueing, so they never raise it.
 type floor struct {
+	buckets [floorBuckets]bucket
+	samples int // samples seen, up to floorSamples
+	// seconds is the floor in force, learnt at depth items in flight.
 	seconds float64
-	samples int
-	raised  time.Time // when it last rose
+	depth   int64
+}
+
+type bucket struct {
+	start         time.Time
+	first, second float64 // the fastest and second-fastest, seconds; 0 unset
+	firstDepth    int64   // the depths they finished at
+	secondDepth   int64
+}
+
+// observe records a sample x, finishing at depth items in flight at now,
+// in its bucket if it is no deeper than max(the floor's depth, least).
+func (f *floor) observe(x float64, depth, least int64, now time.Time) {
+	f.samples = min(f.samples+1, floorSamples)
+	if f.seconds > 0 && depth > max(f.depth, least) {
+		return
+	}
+	width := FloorWindow / floorBuckets
+	b := &f.buckets[int(now.UnixNano()/int64(width))%floorBuckets]
+	if now.Sub(b.start) >= width {
+		*b = bucket{start: now.Truncate(width)}
+	}
+	switch {
+	case b.first == 0 || x < b.first:
+		b.second, b.secondDepth = b.first, b.firstDepth
+		b.first, b.firstDepth = x, depth
+	case b.second == 0 || x < b.second:
+		b.second, b.secondDepth = x, depth
+	}
+}
+
+// value is the floor at now: the lowest second-fastest sample of the
+// buckets still in the window, or, when none is, the last floor. ok is
+// false until the class has enough samples.
+func (f *floor) value(now time.Time, least int64) (seconds float64, ok bool) {
+	if f.samples < floorSamples {
+		return 0, false
+	}
+	best, bestDepth := 0.0, int64(0)
+	for _, b := range f.buckets {
+		if b.second > 0 && now.Sub(b.start) < FloorWindow && (best == 0 || b.second < best) {
+			best, bestDepth = b.second, b.secondDepth
+		}
+	}
+	switch {
+	case best == 0:
+	case f.seconds == 0: // the first floor
+		f.seconds, f.depth = best, bestDepth
+	default: // never deeper than before, so it cannot creep up with the depth
+		f.seconds, f.depth = best, min(bestDepth, max(f.depth, least))
+	}
+	return f.seconds, f.seconds > 0
 }
 
 // New returns a Limiter whose limit starts at cfg.Max; now starts the
@@ -114,16 +182,18 @@ func (l *Limiter) Limit() int64 {
 }
 
 // Observe records that a request of cost items took took, finishing at
-// now, and returns the limit, recomputed when an interval has passed.
-func (l *Limiter) Observe(cost int64, took time.Duration, now time.Time) int64 {
+// now with inflight items in flight, and returns the limit, recomputed
+// when an interval has passed.
+func (l *Limiter) Observe(cost int64, took time.Duration, inflight int64, now time.Time) int64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	f := &l.floors[sizeClass(cost)]
 	secs := max(took.Seconds(), 1e-7)
-	if f.samples >= floorSamples && len(l.samples) < maxSamples {
-		l.samples = append(l.samples, ratio{secs / f.seconds, float64(cost)})
+	f.observe(secs, inflight, l.cfg.Min, now)
+	if lo, ok := f.value(now, l.cfg.Min); ok && len(l.samples) < maxSamples {
+		l.samples = append(l.samples, ratio{secs / lo, float64(cost)})
 	}
-	f.observe(secs, now)
+	l.depth = max(l.depth, inflight)
 	if now.Sub(l.start) >= l.cfg.Interval {
 		l.update()
 		l.start = now
@@ -131,33 +201,23 @@ func (l *Limiter) Observe(cost int64, took time.Duration, now time.Time) int64 {
 	return int64(l.limit)
 }
 
-// observe moves the floor towards a sample x seen at now.
-func (f *floor) observe(x float64, now time.Time) {
-	f.samples++
-	switch {
-	case f.samples == 1:
-		f.seconds, f.raised = x, now
-	case x < f.seconds:
-		f.seconds = max(x, f.seconds*(1-FloorStep))
-	default:
-		dt := max(now.Sub(f.raised).Seconds(), 0)
-		f.seconds = min(x, f.seconds*(1+FloorDrift*dt))
-		f.raised = now
-	}
-}
-
 // update applies the gradient rule to the interval that just ended.
 func (l *Limiter) update() {
+	depth := float64(l.depth)
+	l.depth = 0
 	if len(l.samples) == 0 {
 		return
 	}
 	ratio := weightedMedian(l.samples)
 	l.samples = l.samples[:0]
 	tol := l.cfg.Tolerance
-	if ratio > tol {
-		l.limit *= max(tol/ratio, maxShrink)
-	} else {
+	switch {
+	case ratio <= tol:
 		l.limit *= 1 + maxGrowth*min((tol-ratio)/(tol-1), 1)
+	case depth >= bindFraction*l.limit:
+		l.limit *= max(tol/ratio, maxShrink)
+	default: // slower, but not from the depth the limit allows
+		l.limit = max(l.limit*max(tol/ratio, maxShrink), min(l.limit, headroom*depth))
 	}
 	l.limit = min(max(l.limit, float64(l.cfg.Min)), float64(l.cfg.Max))
 }
