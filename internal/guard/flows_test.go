@@ -33,8 +33,9 @@ func TestFloodOfNamesCannotStarveListedClient(t *testing.T) {
 		release func()
 	}
 	granted := make(chan grant, 4096)
+	var flows unlistedFlows
 	enqueue := func(client string) {
-		flow, weight := flowOf(cfg, client)
+		flow, weight := flows.flowOf(cfg, client, time.Now())
 		before := q.Stats().Waiting
 		go func() {
 			release, err := q.Acquire(ctx, queue.Request{Cost: 1, Flow: flow, Weight: weight})
@@ -72,5 +73,93 @@ func TestFloodOfNamesCannotStarveListedClient(t *testing.T) {
 	cancel() // the rest give up
 	if want := grants/(cfg.Flows()+1) - 2; feed < want {
 		t.Errorf("listed client got %d of %d grants against 500 invented names, want at least %d (one share in %d)", feed, grants, want, cfg.Flows()+1)
+	}
+}
+
+// Tests that unlisted callers up to admission.unlisted_flows get a flow
+// each, not the lottery of a hash: eight heavy callers under invented
+// names, all backlogged, are granted equal shares (within one grant);
+// a ninth name shares a held flow, and a flow whose holder went quiet
+// for unlistedIdle is given to a new name.
+func TestUnlistedCallersGetEqualShares(t *testing.T) {
+	cfg := budget.DefaultConfig()
+	n := cfg.Flows()
+	var flows unlistedFlows
+	now := time.Unix(1_700_000_000, 0)
+	seen := map[string]string{}
+	for i := range n {
+		client := fmt.Sprintf("heavy-%d", i+1)
+		flow, _ := flows.flowOf(cfg, client, now)
+		if other, ok := seen[flow]; ok {
+			t.Fatalf("%s and %s share flow %q while %d flows exist", client, other, flow, n)
+		}
+		seen[flow] = client
+	}
+	if again, _ := flows.flowOf(cfg, "heavy-1", now.Add(time.Second)); seen[again] != "heavy-1" {
+		t.Errorf("heavy-1 moved to the flow of %q", seen[again])
+	}
+	if extra, _ := flows.flowOf(cfg, "heavy-extra", now.Add(time.Second)); seen[extra] == "" {
+		t.Errorf("a name beyond %d got a flow of its own, %q", n, extra)
+	}
+	later := now.Add(unlistedIdle + 2*time.Second)
+	for i := 1; i < n; i++ { // all but heavy-1, who went quiet
+		flows.flowOf(cfg, fmt.Sprintf("heavy-%d", i+1), later)
+	}
+	if got, _ := flows.flowOf(cfg, "newcomer", later); seen[got] != "heavy-1" {
+		t.Errorf("newcomer got the flow of %q, want the one quiet heavy-1 held", seen[got])
+	}
+
+	// Equal admission: 8 backlogged callers, capacity 1, grants decided
+	// only by the fair order (waits are an hour).
+	flows = unlistedFlows{}
+	q, err := queue.New(queue.Config{Capacity: 1, MaxWaiters: 4096, Target: time.Hour, Interval: time.Hour}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	hold, err := q.Acquire(ctx, queue.Request{Cost: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	type grant struct {
+		client  string
+		release func()
+	}
+	granted := make(chan grant, 4096)
+	for range 20 {
+		for i := range n {
+			client := fmt.Sprintf("heavy-%d", i+1)
+			flow, weight := flows.flowOf(cfg, client, time.Now())
+			before := q.Stats().Waiting
+			go func() {
+				release, err := q.Acquire(ctx, queue.Request{Cost: 1, Flow: flow, Weight: weight})
+				if err == nil {
+					granted <- grant{client, release}
+				}
+			}()
+			for q.Stats().Waiting == before && ctx.Err() == nil {
+				time.Sleep(100 * time.Microsecond)
+			}
+		}
+	}
+	hold()
+	got := map[string]int{}
+	const rounds = 10
+	for range rounds * n {
+		select {
+		case g := <-granted:
+			got[g.client]++
+			g.release()
+		case <-ctx.Done():
+			t.Fatal("no grant")
+		}
+	}
+	cancel()
+	for i := range n {
+		if c := got[fmt.Sprintf("heavy-%d", i+1)]; c < rounds-1 || c > rounds+1 {
+			t.Errorf("grants by caller %v, want %d±1 each", got, rounds)
+			break
+		}
 	}
 }

@@ -68,6 +68,7 @@ type Server struct {
 	requests *semaphore.Weighted
 	budgets  *budget.Budgets
 	service  *estimates
+	unlisted unlistedFlows
 	observer Observer
 	identify func(context.Context) (string, error)
 	services []string

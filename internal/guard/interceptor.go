@@ -150,7 +150,7 @@ func (s *Server) admit(ctx context.Context, fullMethod, client string, cost int6
 	if waitUntil.Before(startBy) {
 		startBy = waitUntil
 	}
-	flow, weight := flowOf(s.budgets.Config(), client)
+	flow, weight := s.unlisted.flowOf(s.budgets.Config(), client, time.Now())
 	items, err := s.items.Acquire(ctx, queue.Request{Cost: cost, Batch: batch, StartBy: startBy, Flow: flow, Weight: weight})
 	if err != nil {
 		s.requests.Release(1)

@@ -24,6 +24,14 @@ package queue
 // or two at a time, served at the next grant, so its queue never stands
 // and its waiters may wait up to Interval for that grant however long the
 // heavy flows' backlog has stood.
+//
+// Whoever is shed, the flow furthest over its share pays first: when a
+// waiter's time runs out, or the queue is full when a request arrives,
+// and another flow has a larger lead (work granted beyond the virtual
+// time plus work waiting, at its weight), that flow's oldest waiter is
+// shed instead, and the waiter whose time ran out may wait another
+// Target, never past its StartBy. So a flow under its share is not shed
+// while a flow over it has work queued.
 
 import "time"
 
@@ -38,6 +46,7 @@ type flow struct {
 	weight  float64
 	finish  float64   // virtual time at which its granted work ends
 	waiting int       // its waiters in the queue
+	queued  int64     // their items
 	since   time.Time // when its waiters last went from none to one
 }
 
@@ -106,16 +115,31 @@ func (f *fairState) reset() {
 	f.vtime = 0
 }
 
+// lead is how far fl is ahead of the virtual time with extra more items
+// waiting: the work it was granted beyond it plus the work it has
+// waiting, at its weight. fl nil is a flow with nothing granted or
+// waiting.
+func (f *fairState) lead(fl *flow, extra int64, weight float64) float64 {
+	if fl == nil {
+		if weight <= 0 {
+			weight = 1
+		}
+		return float64(extra) / weight
+	}
+	return f.startTag(fl) - f.vtime + float64(fl.queued+extra)/fl.weight
+}
+
 // startTag is when fl's next waiter starts in virtual time.
 func (f *fairState) startTag(fl *flow) float64 { return max(f.vtime, fl.finish) }
 
 // pick returns the waiter to serve: interactive before batch; among
-// those, the smallest start tag; among equal tags, the oldest, or the
-// newest when lifo. waiters is in arrival order and not empty.
+// those, the smallest start tag; among equal tags, the flow with the
+// smaller lead (less work waiting); then the oldest, or the newest when
+// lifo. waiters is in arrival order and not empty.
 func (f *fairState) pick(waiters []*waiter, lifo bool) *waiter {
 	for _, wantBatch := range []bool{false, true} {
 		var best *waiter
-		var bestTag float64
+		var bestTag, bestLead float64
 		for i := range waiters {
 			j := i
 			if lifo {
@@ -125,8 +149,9 @@ func (f *fairState) pick(waiters []*waiter, lifo bool) *waiter {
 			if w.req.Batch != wantBatch {
 				continue
 			}
-			if tag := f.startTag(w.flow); best == nil || tag < bestTag {
-				best, bestTag = w, tag
+			tag, lead := f.startTag(w.flow), f.lead(w.flow, 0, 0)
+			if best == nil || tag < bestTag || tag == bestTag && lead < bestLead {
+				best, bestTag, bestLead = w, tag, lead
 			}
 		}
 		if best != nil {

@@ -41,6 +41,7 @@
 package queue
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -243,11 +244,15 @@ func (q *Queue) enter(r Request) (*waiter, error) {
 			return nil, nil
 		}
 	}
-	switch {
-	case len(q.waiters) >= q.cfg.MaxWaiters:
-		return nil, q.refuse(fmt.Errorf("%w: %d requests already wait for capacity", ErrShed, len(q.waiters)))
-	case r.Batch && len(q.waiters) > 0:
+	if r.Batch && len(q.waiters) > 0 {
 		return nil, q.refuse(fmt.Errorf("%w: batch work is not queued while %d requests wait", ErrShed, len(q.waiters)))
+	}
+	if len(q.waiters) >= q.cfg.MaxWaiters {
+		v := q.victim(q.fair.flows[r.Flow], q.fair.lead(q.fair.flows[r.Flow], r.Cost, r.Weight))
+		if v == nil {
+			return nil, q.refuse(fmt.Errorf("%w: %d requests already wait for capacity", ErrShed, len(q.waiters)))
+		}
+		q.drop(v, fmt.Errorf("%w: the queue was full and a caller under its fair share arrived; this request waited %v", ErrShed, now.Sub(v.enqueued)))
 	}
 	fl := q.fair.join(r.Flow, r.Weight, now)
 	wait := q.cfg.MaxWait(now, q.flowSince(fl), r.StartBy)
@@ -255,12 +260,13 @@ func (q *Queue) enter(r Request) (*waiter, error) {
 		q.fair.leave(fl)
 		return nil, q.refuse(fmt.Errorf("%w: no capacity for %d items and no time left to wait", ErrShed, r.Cost))
 	}
+	fl.queued += r.Cost
 	w := &waiter{req: r, enqueued: now, done: make(chan struct{}), flow: fl}
 	if len(q.waiters) == 0 {
 		q.stopCheck = q.clock.AfterFunc(q.cfg.Interval, q.onStanding)
 	}
 	q.waiters = append(q.waiters, w)
-	w.stop = q.clock.AfterFunc(wait, func() { q.expire(w, wait) })
+	w.stop = q.clock.AfterFunc(wait, func() { q.expire(w) })
 	return w, nil
 }
 
@@ -269,16 +275,68 @@ func (q *Queue) refuse(err error) error {
 	return err
 }
 
-// expire sheds w if it still waits after its allowed wait.
-func (q *Queue) expire(w *waiter, wait time.Duration) {
+// expire sheds w if it still waits after its allowed wait, or, if a
+// flow further over its share has waiters, one of theirs instead.
+func (q *Queue) expire(w *waiter) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.remove(w) {
-		q.shed++
-		w.err = fmt.Errorf("%w: waited %v for %d items without capacity freeing up", ErrShed, wait, w.req.Cost)
-		close(w.done)
-		q.grant()
+	if !slices.Contains(q.waiters, w) || q.spare(w, q.clock.Now()) {
+		return
 	}
+	q.drop(w, fmt.Errorf("%w: waited %v for %d items without capacity freeing up", ErrShed, q.clock.Now().Sub(w.enqueued), w.req.Cost))
+	q.grant()
+}
+
+// spare sheds, in place of w whose wait is up, the oldest waiter of the
+// flow furthest over its fair share, if that flow is further over it
+// than w's, and lets w wait up to Target more, never past its StartBy.
+// It reports whether it did.
+func (q *Queue) spare(w *waiter, now time.Time) bool {
+	left := q.cfg.Target
+	if !w.req.StartBy.IsZero() {
+		left = min(left, w.req.StartBy.Sub(now))
+	}
+	if left <= 0 || w.req.Batch {
+		return false
+	}
+	v := q.victim(w.flow, q.fair.lead(w.flow, 0, 0))
+	if v == nil {
+		return false
+	}
+	q.drop(v, fmt.Errorf("%w: shed in favour of a caller under its fair share after waiting %v", ErrShed, now.Sub(v.enqueued)))
+	w.stop()
+	w.stop = q.clock.AfterFunc(left, func() { q.expire(w) })
+	q.grant()
+	return true
+}
+
+// victim returns the oldest waiter of the flow with the largest lead, if
+// that lead is larger than lead and the flow is not fl; nil otherwise.
+func (q *Queue) victim(fl *flow, lead float64) *waiter {
+	var worst *flow
+	for _, w := range q.waiters {
+		if w.flow == fl || w.flow == worst {
+			continue
+		}
+		if l := q.fair.lead(w.flow, 0, 0); l > lead {
+			worst, lead = w.flow, l
+		}
+	}
+	for _, w := range q.waiters {
+		if w.flow == worst {
+			return w
+		}
+	}
+	return nil
+}
+
+// drop sheds w, which waits, with err.
+func (q *Queue) drop(w *waiter, err error) {
+	q.remove(w)
+	w.stop()
+	q.shed++
+	w.err = err
+	close(w.done)
 }
 
 // onStanding runs Interval after the queue became non-empty: if it never
@@ -293,21 +351,30 @@ func (q *Queue) onStanding() {
 		return
 	}
 	q.stopCheck = nil
-	for _, w := range slices.Clone(q.waiters) {
+	// Flows furthest under their share first, so that theirs are spared
+	// at the expense of the others' while those still wait.
+	order := slices.Clone(q.waiters)
+	slices.SortStableFunc(order, func(a, b *waiter) int {
+		return cmp.Compare(q.fair.lead(a.flow, 0, 0), q.fair.lead(b.flow, 0, 0))
+	})
+	for _, w := range order {
+		if !slices.Contains(q.waiters, w) {
+			continue // shed in place of an earlier one
+		}
 		waited := now.Sub(w.enqueued)
 		if !w.req.Batch && !q.cfg.standing(now, q.flowSince(w.flow)) {
 			continue // its flow's own queue does not stand: it keeps its wait
 		}
-		w.stop()
 		if !w.req.Batch && waited < q.cfg.Target {
+			w.stop()
 			left := q.cfg.Target - waited
-			w.stop = q.clock.AfterFunc(left, func() { q.expire(w, q.cfg.Target) })
+			w.stop = q.clock.AfterFunc(left, func() { q.expire(w) })
 			continue
 		}
-		q.remove(w)
-		q.shed++
-		w.err = fmt.Errorf("%w: the queue has not emptied for %v and this request waited %v", ErrShed, now.Sub(q.lastEmpty), waited)
-		close(w.done)
+		if q.spare(w, now) {
+			continue
+		}
+		q.drop(w, fmt.Errorf("%w: the queue has not emptied for %v and this request waited %v", ErrShed, now.Sub(q.lastEmpty), waited))
 	}
 	q.grant()
 }
@@ -364,6 +431,7 @@ func (q *Queue) remove(w *waiter) bool {
 		return false
 	}
 	q.waiters = slices.Delete(q.waiters, i, i+1)
+	w.flow.queued -= w.req.Cost
 	q.fair.leave(w.flow)
 	if len(q.waiters) == 0 {
 		q.fair.reset()

@@ -419,7 +419,9 @@ func (h *harness) serveAll(hold func(), out <-chan result, flows map[int]string,
 
 // Tests that a light flow's wait does not grow with a heavy flow's
 // backlog: whether 5 or 60 heavy requests wait ahead of it, the light
-// request is the second one served.
+// request is the first one served (neither flow has been granted
+// anything, so they start at the same virtual time, and the light one
+// has less work waiting).
 func TestLightFlowWaitIndependentOfBacklog(t *testing.T) {
 	for _, backlog := range []int{5, 60} {
 		h := newHarness(t, 10, 100)
@@ -433,8 +435,8 @@ func TestLightFlowWaitIndependentOfBacklog(t *testing.T) {
 		flows[backlog] = "light"
 		h.wait(h.ctx, backlog, Request{Cost: 1, Flow: "light"}, out)
 		order := h.serveAll(hold, out, flows, backlog+1)
-		if i := slices.Index(order, "light"); i != 1 {
-			t.Errorf("backlog %d: light request served %d-th (order %v), want 2nd: one heavy grant, then the flow that has had nothing", backlog, i+1, order[:min(len(order), 5)])
+		if i := slices.Index(order, "light"); i != 0 {
+			t.Errorf("backlog %d: light request served %d-th (order %v), want 1st: at the same start tag, the flow with less waiting", backlog, i+1, order[:min(len(order), 5)])
 		}
 	}
 }
@@ -559,5 +561,103 @@ func TestStandingIsPerFlow(t *testing.T) {
 		t.Fatalf("got waiter %d (%v), want the light waiter served at the grant", r.id, r.err)
 	} else {
 		r.release()
+	}
+}
+
+// Tests that a flow under its fair share is not shed while a flow over
+// it has work queued. A heavy flow keeps a full queue (a new request
+// every millisecond, for 300ms, on a fake clock, nothing released);
+// the light flow's one waiter arrives at the full queue, and a heavy
+// waiter is shed to make room; once the light waiter's time is up (the
+// queue stands after N, then every M), a heavy waiter is shed in its
+// place each time, so at the end it still waits, and it is the first
+// served when capacity frees.
+func TestUnderShareNotShedWhileOverShareWaits(t *testing.T) {
+	const maxWaiters = 8
+	h := newHarness(t, 10, maxWaiters)
+	hold := h.acquireNow(Request{Cost: 10, Flow: "heavy"})
+	out := make(chan result, 400)
+	for id := range maxWaiters {
+		h.wait(h.ctx, id, Request{Cost: 10, Flow: "heavy"}, out)
+	}
+	const light = 1000
+	go func() { // the queue is full
+		release, err := h.q.Acquire(h.ctx, Request{Cost: 1, Flow: "light"})
+		out <- result{light, release, err}
+	}()
+	if r := recv(t, out); r.id == light || !errors.Is(r.err, ErrShed) {
+		t.Fatalf("got waiter %d (%v) when a light request met a full queue, want a heavy waiter shed to make room", r.id, r.err)
+	}
+	h.until(func(s Stats) bool { return s.Waiting == maxWaiters })
+	results := 1
+	for step := range 300 {
+		h.clock.Advance(time.Millisecond)
+		id := maxWaiters + step
+		go func() { // refused at once when the queue is full
+			release, err := h.q.Acquire(h.ctx, Request{Cost: 10, Flow: "heavy"})
+			out <- result{id, release, err}
+		}()
+		h.until(func(s Stats) bool { return s.Shed+int64(s.Waiting) == int64(id+2) })
+	}
+	for int64(results) < h.q.Stats().Shed {
+		r := recv(t, out)
+		results++
+		if r.id == light {
+			t.Fatalf("light waiter: %v, after %v; want it still waiting while heavy work is queued", r.err, h.clock.Now().Sub(time.Unix(1_700_000_000, 0)))
+		}
+		if !errors.Is(r.err, ErrShed) {
+			t.Fatalf("heavy waiter %d: %v, want shed (nothing was released)", r.id, r.err)
+		}
+	}
+	hold()
+	r := recv(t, out)
+	if r.id != light || r.err != nil {
+		t.Fatalf("first result after the release: waiter %d (%v), want the light waiter granted", r.id, r.err)
+	}
+	r.release()
+	for h.q.Stats().Waiting > 0 { // the heavy ones are granted or give up
+		h.clock.Advance(10 * time.Millisecond)
+	}
+	for h.q.Stats().InUse > 0 {
+		r := recv(t, out)
+		if r.err == nil {
+			r.release()
+		}
+	}
+}
+
+// Tests that sparing a flow under its share never keeps a waiter past
+// its StartBy: the light waiter is shed at its StartBy although heavy
+// waiters remain.
+func TestSparedWaiterStillHonoursStartBy(t *testing.T) {
+	h := newHarness(t, 10, 100)
+	hold := h.acquireNow(Request{Cost: 10, Flow: "heavy"})
+	out := make(chan result, 40)
+	for id := range 30 {
+		h.wait(h.ctx, id, Request{Cost: 10, Flow: "heavy"}, out)
+	}
+	startBy := h.clock.Now().Add(120 * time.Millisecond)
+	const light = 100
+	h.wait(h.ctx, light, Request{Cost: 1, Flow: "light", StartBy: startBy}, out)
+	for h.clock.Now().Before(startBy.Add(time.Millisecond)) {
+		h.clock.Advance(time.Millisecond)
+	}
+	deadline := time.After(defaultTestTimeout)
+	for {
+		select {
+		case r := <-out:
+			if r.id == light {
+				if !errors.Is(r.err, ErrShed) {
+					t.Fatalf("light waiter: %v, want shed at its StartBy", r.err)
+				}
+				hold()
+				for h.q.Stats().Waiting > 0 { // the heavy ones give up too
+					h.clock.Advance(10 * time.Millisecond)
+				}
+				return
+			}
+		case <-deadline:
+			t.Fatalf("light waiter still waiting past its StartBy (stats %+v)", h.q.Stats())
+		}
 	}
 }
