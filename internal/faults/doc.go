@@ -12,7 +12,9 @@
 // time for the breaker to open, p99 against a no-cache baseline measured
 // in the same test, log lines, OS threads, dials, goroutines, recovery
 // without a restart). restart_test.go drives the real `sluice serve`
-// binary through SIGTERM and SIGKILL.
+// binary through SIGTERM and SIGKILL; journal_test.go and kill_test.go
+// show that no acknowledged write is undone by a frozen memcached or by a
+// SIGKILL between the store write and its tombstone.
 //
 // `make test` runs every scenario with short phases; `make test-faults`
 // runs them again with long phases (SLUICE_FAULTS_SOAK=1).

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
 	"github.com/sluice-dev/sluice/internal/promtext"
@@ -98,33 +97,11 @@ func TestNoStaleReadAfterMemcachedThaw(t *testing.T) {
 // the reads after the thaw returned the old version.
 func thawRun(t *testing.T, ch thawChange, disabled bool) int {
 	mc := testenv.StartMemcached(t)
-	cfgFile := filepath.Join(t.TempDir(), "sluice.yaml")
-	cfg := "cache:\n  timeout: 200ms\n  breaker_cool_down: 300ms\n"
-	if disabled {
-		cfg += "journal:\n  disabled: true\n"
-	}
-	if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	c := newCluster(t, mc.Addr(), 20, "--config", cfgFile)
+	c, conn := startJournalServer(t, mc.Addr(), "cache:\n  timeout: 200ms\n  breaker_cool_down: 300ms\n", disabled)
 	sl := c.start()
 	sl.waitReady(t, time.Now(), 30*time.Second)
-	conn, err := grpc.NewClient(c.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	client := sluicev1.NewPostRecordsClient(conn)
 	uri := c.uris[3]
-	read := func() *sluicev1.PostRecord {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		resp, err := client.GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: []string{uri}})
-		if err != nil {
-			t.Fatalf("GetPostRecords: %v", err)
-		}
-		return resp.GetRecords()[0]
-	}
+	read := func() *sluicev1.PostRecord { return readPost(t, conn, uri) }
 	first := read()
 	if !first.GetFound() || !ch.stale(first, first.GetCid()) {
 		t.Fatalf("seeded post %s not found or already %s: %v", uri, ch.name, first)
@@ -185,6 +162,35 @@ func thawRun(t *testing.T, ch thawChange, disabled bool) int {
 		t.Errorf("no journal replay was counted after the thaw")
 	}
 	return stale
+}
+
+// startJournalServer seeds a cluster of the real binary in front of
+// memcached with the given config file (the journal disabled if asked)
+// and returns it with a client connection to its gRPC address; the
+// caller starts the process.
+func startJournalServer(t *testing.T, memcached, cfg string, disabled bool) (*cluster, *grpc.ClientConn) {
+	t.Helper()
+	if disabled {
+		cfg += "journal:\n  disabled: true\n"
+	}
+	cfgFile := filepath.Join(t.TempDir(), "sluice.yaml")
+	if err := os.WriteFile(cfgFile, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := newCluster(t, memcached, 20, "--config", cfgFile)
+	return c, dialSluice(t, c.grpcAddr)
+}
+
+// readPost reads one post through sluice.v1.PostRecords.
+func readPost(t *testing.T, conn *grpc.ClientConn, uri string) *sluicev1.PostRecord {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := sluicev1.NewPostRecordsClient(conn).GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: []string{uri}})
+	if err != nil {
+		t.Fatalf("GetPostRecords: %v", err)
+	}
+	return resp.GetRecords()[0]
 }
 
 // metric sums one family on the process's /metrics.
