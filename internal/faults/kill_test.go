@@ -53,8 +53,17 @@ func killRun(t *testing.T, disabled bool) []string {
 	// A patient memcached timeout keeps the last write waiting on its
 	// tombstone while the test sees its store write and kills the
 	// process; a breaker that never opens keeps it waiting (an open one
-	// would skip the tombstone at once).
-	c, conn := startJournalServer(t, proxy.Listen, "cache:\n  timeout: 1s\n  breaker_failures: 1000\n", disabled)
+	// would skip the tombstone at once). The takedown waits out its
+	// tombstone's timeout and then the near cache's horizon, so its
+	// method gets a longer timeout, and tombstones outlive it.
+	c, conn := startJournalServer(t, proxy.Listen, `cache:
+  timeout: 1s
+  breaker_failures: 1000
+  tombstone_ttl: 6s
+guard:
+  methods:
+    sluice.v1.Records/UpdateTakedowns: {timeout: 5s}
+`, disabled)
 	p := c.start()
 	p.waitReady(t, time.Now(), 30*time.Second)
 	uris := c.uris[:len(thawChanges)+1]
