@@ -118,6 +118,20 @@ func (l *load) stop() {
 	l.wg.Wait()
 }
 
+// count is how many requests that started at or after from have been
+// answered.
+func (l *load) count(from time.Time) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, o := range l.out {
+		if !o.start.Before(from) {
+			n++
+		}
+	}
+	return n
+}
+
 // window summarises the requests that started in [from, to).
 func (l *load) window(from, to time.Time) summary {
 	l.mu.Lock()

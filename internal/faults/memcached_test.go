@@ -35,6 +35,14 @@ const (
 	// cacheFault.timeouts × cache timeout + p99Slack.
 	p99Factor = 2.0
 	p99Slack  = 150 * time.Millisecond
+	// minP99Samples is how many requests each server must have answered
+	// in the after-open window before the fault heals: over 300 the
+	// nearest-rank p99 is the 4th-slowest, so one or two requests a
+	// busy machine happens to stall are not the p99 on their own (over
+	// the 30 or so a loaded 3 s window holds, the p99 is the maximum).
+	// faultAtMost bounds how long a fault is held to collect them.
+	minP99Samples = 300
+	faultAtMost   = 60 * time.Second
 	// logKinds bounds the distinct (component, kind) pairs a cache fault
 	// can log: call failures of two kinds (reset or refused/timeout), the
 	// breaker's state changes, and failed invalidations. The handler
@@ -210,6 +218,12 @@ func runCacheFault(t *testing.T, f cacheFault, baseSrv *apptest.Server) {
 		openedAt = injected
 	}
 	peakThreads := sampleThreads(t, phase(3*time.Second))
+	// Hold the fault until both servers have answered minP99Samples
+	// requests since the breaker opened, so the p99 bound compares
+	// quantiles, not one slow request each.
+	for held := time.Now(); time.Since(held) < faultAtMost && min(l.count(openedAt), baseLoad.count(openedAt)) < minP99Samples; {
+		peakThreads = max(peakThreads, sampleThreads(t, 500*time.Millisecond))
+	}
 	faultEnd := time.Now()
 	baseLoad.stop()
 	atHeal := srv.App.Cache.Stats()[0]
