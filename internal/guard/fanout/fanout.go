@@ -35,9 +35,17 @@ func Limit(ctx context.Context) int {
 // calls at once. The first error cancels the context passed to the other
 // calls, stops scheduling new ones, and is returned once all running calls
 // have finished.
+//
+// When at most one call may run at a time (one task, or a limit of one)
+// the calls run in order on the caller's goroutine: the same outcome, with
+// no goroutine to start, grow and wait for. A single-record read then
+// costs no goroutine at all below the handler's.
 func Each(ctx context.Context, n int, fn func(ctx context.Context, i int) error) error {
 	if n == 0 {
 		return nil
+	}
+	if min(Limit(ctx), n) == 1 {
+		return inOrder(ctx, n, fn)
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(min(Limit(ctx), n))
@@ -49,6 +57,20 @@ func Each(ctx context.Context, n int, fn func(ctx context.Context, i int) error)
 	}
 	if err := g.Wait(); err != nil {
 		return err
+	}
+	return ctx.Err()
+}
+
+// inOrder is Each with one call at a time: it stops at the first error,
+// which it returns, and calls nothing once ctx has ended.
+func inOrder(ctx context.Context, n int, fn func(ctx context.Context, i int) error) error {
+	for i := range n {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := fn(ctx, i); err != nil {
+			return err
+		}
 	}
 	return ctx.Err()
 }

@@ -1,8 +1,10 @@
 package fanout
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"runtime"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -83,4 +85,78 @@ func TestEachReportsCancellation(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("err = %v, want context.Canceled", err)
 	}
+}
+
+// Tests that with one call at a time the first error stops the calls at
+// once, and a context that ends stops the calls that follow.
+func TestEachInOrderStops(t *testing.T) {
+	boom := errors.New("boom")
+	var calls atomic.Int32
+	err := Each(WithLimit(context.Background(), 1), 1000, func(ctx context.Context, i int) error {
+		calls.Add(1)
+		if i == 3 {
+			return boom
+		}
+		return nil
+	})
+	if !errors.Is(err, boom) {
+		t.Fatalf("err = %v, want %v", err, boom)
+	}
+	if got := calls.Load(); got != 4 {
+		t.Errorf("calls = %d, want 4 (none after the failing one)", got)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	calls.Store(0)
+	err = Each(ctx, 10, func(ctx context.Context, i int) error {
+		calls.Add(1)
+		if i == 1 {
+			cancel()
+		}
+		return nil
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context.Canceled", err)
+	}
+	if got := calls.Load(); got != 2 {
+		t.Errorf("calls = %d, want 2 (none once the context ended)", got)
+	}
+}
+
+// Tests that a fan-out of one call at a time starts no goroutine: its
+// calls run on the caller's, as a single-record read's do.
+func TestEachOneAtATimeRunsOnCaller(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		limit, n int
+	}{
+		{name: "one task", limit: 8, n: 1},
+		{name: "limit one", limit: 1, n: 5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			caller := goroutineID()
+			var elsewhere atomic.Int32
+			err := Each(WithLimit(context.Background(), tc.limit), tc.n, func(ctx context.Context, i int) error {
+				if goroutineID() != caller {
+					elsewhere.Add(1)
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatalf("Each: %v", err)
+			}
+			if got := elsewhere.Load(); got != 0 {
+				t.Errorf("%d of %d calls ran on another goroutine, want 0", got, tc.n)
+			}
+		})
+	}
+}
+
+// goroutineID is the running goroutine's number, from its stack trace's
+// first line ("goroutine N [running]:").
+func goroutineID() string {
+	buf := make([]byte, 64)
+	buf = buf[:runtime.Stack(buf, false)]
+	buf = bytes.TrimPrefix(buf, []byte("goroutine "))
+	return string(buf[:bytes.IndexByte(buf, ' ')])
 }
