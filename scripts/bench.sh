@@ -13,8 +13,9 @@
 # SLUICE_BENCH_CONCURRENCY (16), SLUICE_BENCH_PEER_LEG (one server, one
 # round of one peer case, 6s), SLUICE_BENCH_PEER_ROUNDS (2),
 # SLUICE_BENCH_ZIPF_S (1.1), SLUICE_BENCH_FAIR_RUN (each fair-share run,
-# 20s), SLUICE_BENCH_FAIR_ROUNDS (3), SLUICE_BENCH_DIR (.bench).
-# SLUICE_BENCH_PARTS ("cachehit incident fairshare coldpath peer") runs only the
+# 20s), SLUICE_BENCH_FAIR_ROUNDS (3), SLUICE_BENCH_WRITE_RUN (each
+# write-path leg, 5s), SLUICE_BENCH_WRITE_ROUNDS (2), SLUICE_BENCH_DIR (.bench).
+# SLUICE_BENCH_PARTS ("cachehit incident fairshare coldpath peer writepath") runs only the
 # parts it names and then writes $OUT/BENCHMARKS.md instead of the doc.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -29,6 +30,8 @@ PEER_ROUNDS=${SLUICE_BENCH_PEER_ROUNDS:-2}
 ZIPF_S=${SLUICE_BENCH_ZIPF_S:-1.1}
 FAIR_RUN=${SLUICE_BENCH_FAIR_RUN:-20s}
 FAIR_ROUNDS=${SLUICE_BENCH_FAIR_ROUNDS:-3}
+WRITE_RUN=${SLUICE_BENCH_WRITE_RUN:-5s}
+WRITE_ROUNDS=${SLUICE_BENCH_WRITE_ROUNDS:-2}
 CAP=64 # sluice's --memcached-max-conns
 DOC=docs/benchmarks.md
 BIN=$OUT/bin
@@ -71,10 +74,12 @@ start_memcached() {
   wait_port "$2"
 }
 
-# start_sluice PART MCPORT GRPCPORT HTTPPORT. Sets SRV_PID.
+# start_sluice PART MCPORT GRPCPORT HTTPPORT. Sets SRV_PID. SLUICE_CONFIG
+# (config/bench.yaml) names another config file.
 start_sluice() {
-  echo "$BIN/sluice serve --config config/bench.yaml --data-dir $DATA --memcached 127.0.0.1:$2 --memcached-max-conns $CAP --grpc-addr 127.0.0.1:$3 --http-addr 127.0.0.1:$4 &" >>"$OUT/md/$1.cmds"
-  "$BIN/sluice" serve --config config/bench.yaml --data-dir "$DATA" --memcached "127.0.0.1:$2" --memcached-max-conns "$CAP" \
+  local config=${SLUICE_CONFIG:-config/bench.yaml}
+  echo "$BIN/sluice serve --config $config --data-dir $DATA --memcached 127.0.0.1:$2 --memcached-max-conns $CAP --grpc-addr 127.0.0.1:$3 --http-addr 127.0.0.1:$4 &" >>"$OUT/md/$1.cmds"
+  "$BIN/sluice" serve --config "$config" --data-dir "$DATA" --memcached "127.0.0.1:$2" --memcached-max-conns "$CAP" \
     --grpc-addr "127.0.0.1:$3" --http-addr "127.0.0.1:$4" 2>>"$OUT/sluice.log" &
   SRV_PID=$!; PIDS+=("$SRV_PID")
   wait_port "$3"; wait_port "$4"
@@ -215,6 +220,28 @@ part_peer() {
   stop_pid "$pepid"; stop_pid "$slpid"; stop_pid "$mcpid"
 }
 
+# part_writepath: two sluice servers on copies of the seeded store, one
+# with the journal follower on (the default) and one with it disabled,
+# each with its own memcached; sluice-bench writepath measures them in
+# turn with the same writers and readers and reports on / disabled.
+part_writepath() {
+  local p=60-writepath mcon=$((BASE_PORT + 15)) mcoff=$((BASE_PORT + 16))
+  local gon=$((BASE_PORT + 56)) gof=$((BASE_PORT + 57)) hon=$((BASE_PORT + 84)) hof=$((BASE_PORT + 85))
+  local data=$DATA
+  rm -rf "$OUT/data-on" "$OUT/data-off"
+  cp -r "$data" "$OUT/data-on"; cp -r "$data" "$OUT/data-off"
+  { cat config/bench.yaml; printf 'journal:\n  disabled: true\n'; } >"$OUT/bench-journal-disabled.yaml"
+  echo "cp -r $data $OUT/data-on; cp -r $data $OUT/data-off; config/bench.yaml + journal: {disabled: true} > $OUT/bench-journal-disabled.yaml" >>"$OUT/md/$p.cmds"
+  start_memcached $p $mcon; local mconpid=$MC_PID
+  start_memcached $p $mcoff; local mcoffpid=$MC_PID
+  DATA=$OUT/data-on start_sluice $p $mcon $gon $hon; local onpid=$SRV_PID
+  DATA=$OUT/data-off SLUICE_CONFIG=$OUT/bench-journal-disabled.yaml start_sluice $p $mcoff $gof $hof; local offpid=$SRV_PID
+  run_logged $p "$BIN/sluice-bench" writepath --on 127.0.0.1:$gon --off 127.0.0.1:$gof --uris "$URIS" \
+    --writers 4 --readers 8 --batch 50 --duration "$WRITE_RUN" --rounds "$WRITE_ROUNDS" --md "$OUT/md/$p.md"
+  stop_pid "$onpid"; stop_pid "$offpid"; stop_pid "$mconpid"; stop_pid "$mcoffpid"
+  rm -rf "$OUT/data-on" "$OUT/data-off"
+}
+
 assemble() {
   local f part
   {
@@ -250,7 +277,7 @@ assemble() {
 
 started=$(date +%s)
 LOADAVG_START=$(cut -d' ' -f1-3 /proc/loadavg)
-PARTS=${SLUICE_BENCH_PARTS:-cachehit incident fairshare coldpath peer}
+PARTS=${SLUICE_BENCH_PARTS:-cachehit incident fairshare coldpath peer writepath}
 [[ -n ${SLUICE_BENCH_PARTS:-} ]] && DOC=$OUT/BENCHMARKS.md
 part_setup
 for part in $PARTS; do "part_$part"; done

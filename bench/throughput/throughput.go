@@ -233,3 +233,95 @@ func StoreRead(ctx context.Context, st store.Store, concurrency, size, fanout in
 		return int(found.Load()), err
 	})
 }
+
+// WritePathResult is one mixed run: writers putting records while readers
+// read batches, against one server.
+type WritePathResult struct {
+	Name         string  `json:"name"`
+	Writers      int     `json:"writers"`
+	Readers      int     `json:"readers"`
+	Batch        int     `json:"batch"`
+	Seconds      float64 `json:"seconds"`
+	Writes       int64   `json:"writes"`
+	WriteErrors  int64   `json:"write_errors"`
+	WritesPerSec float64 `json:"writes_per_sec"`
+	Reads        int64   `json:"reads"`
+	ReadErrors   int64   `json:"read_errors"`
+	// ReadLatencies are every successful read's latency, in seconds.
+	ReadLatencies []float64 `json:"-"`
+	FirstError    string    `json:"first_error,omitempty"`
+}
+
+// WritePath measures sluice's write path at target beside its reads:
+// writers workers each rewrite their own share of writeURIs, one record
+// per PutPostRecords, back to back, with a new CID each time (so every
+// write invalidates a cached entry), while readers workers read batches
+// from b. It returns the writes per second and every read's latency.
+func WritePath(ctx context.Context, name, target string, writers, readers int, duration time.Duration, writeURIs []string, b *Batches) (WritePathResult, error) {
+	if writers < 1 || len(writeURIs) < writers {
+		return WritePathResult{}, fmt.Errorf("throughput: %d writers need at least as many URIs to write, got %d", writers, len(writeURIs))
+	}
+	conn, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return WritePathResult{}, fmt.Errorf("throughput: connect to %s: %w", target, err)
+	}
+	defer conn.Close()
+	client := sluicev1.NewPostRecordsClient(conn)
+	ctx = metadata.AppendToOutgoingContext(ctx, "x-client-id", "bench")
+	res := WritePathResult{Name: name, Writers: writers, Readers: readers, Batch: b.size}
+	var writes, writeErrs, reads, readErrs atomic.Int64
+	var firstErr atomic.Value
+	fail := func(err error) { firstErr.CompareAndSwap(nil, err.Error()) }
+	lat := make([][]float64, readers)
+	stop, cancel := context.WithTimeout(ctx, duration)
+	defer cancel()
+	gw := new(errgroup.Group)
+	gw.SetLimit(writers)
+	gr := new(errgroup.Group)
+	gr.SetLimit(readers)
+	start := time.Now()
+	for w := range writers {
+		share := (len(writeURIs) - w + writers - 1) / writers // writeURIs[w], [w+writers], …
+		gw.Go(func() error {
+			for i := 0; stop.Err() == nil && ctx.Err() == nil; i++ {
+				uri := writeURIs[w+writers*(i%share)]
+				rec := &sluicev1.PostRecord{Uri: uri, Cid: fmt.Sprintf("bafyreiwritepath%02d%08d", w, i),
+					Record: []byte(`{"$type":"app.bsky.feed.post","text":"rewritten by the write-path benchmark","createdAt":"2024-11-05T14:30:15Z"}`)}
+				if _, err := client.PutPostRecords(ctx, &sluicev1.PutPostRecordsRequest{Records: []*sluicev1.PostRecord{rec}}); err != nil {
+					writeErrs.Add(1)
+					fail(err)
+					continue
+				}
+				writes.Add(1)
+			}
+			return nil
+		})
+	}
+	for r := range readers {
+		gr.Go(func() error {
+			for stop.Err() == nil && ctx.Err() == nil {
+				t0 := time.Now()
+				_, err := client.GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: b.Next()})
+				if err != nil {
+					readErrs.Add(1)
+					fail(err)
+					continue
+				}
+				reads.Add(1)
+				lat[r] = append(lat[r], time.Since(t0).Seconds())
+			}
+			return nil
+		})
+	}
+	_, _ = gw.Wait(), gr.Wait()
+	res.Seconds = time.Since(start).Seconds()
+	res.Writes, res.WriteErrors, res.Reads, res.ReadErrors = writes.Load(), writeErrs.Load(), reads.Load(), readErrs.Load()
+	res.WritesPerSec = float64(res.Writes) / res.Seconds
+	for _, l := range lat {
+		res.ReadLatencies = append(res.ReadLatencies, l...)
+	}
+	if e, ok := firstErr.Load().(string); ok {
+		res.FirstError = e
+	}
+	return res, nil
+}

@@ -30,6 +30,7 @@ var Allowed = map[string]Site{
 	"internal/loadgen.Warm":               errgroupSite("cache warm-up at the configured concurrency"),
 	"bench/throughput.loop":               errgroupSite("benchmark workers at the run's concurrency"),
 	"bench/throughput.StoreRead":          errgroupSite("benchmark store reads at the run's fan-out"),
+	"bench/throughput.WritePath":          errgroupSite("benchmark writers and readers, as many as the run names"),
 
 	// Benchmark baselines, unguarded on purpose: they are what the benchmarks measure sluice against.
 	"bench/naive.(*Service).GetPostRecords": unguarded("the naive baseline's one goroutine per URI, the design sluice replaces"),

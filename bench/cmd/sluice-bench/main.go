@@ -7,6 +7,7 @@
 //	sluice-bench storeread --data-dir DIR --uris FILE --sluice JSON --md OUT     the store read directly, and the ratio
 //	sluice-bench incident  --sluice A --sluice-nobulk B --naive C --naive-nobulk D --md OUT
 //	sluice-bench peer      --sluice ADDR --peer ADDR --sluice-pid P --peer-pid P --memcached-pid P --uris FILE --md OUT
+//	sluice-bench writepath --on ADDR --off ADDR --uris FILE --md OUT                writes and reads, journal follower on vs disabled
 //
 // scripts/bench.sh drives it; see docs/benchmarks.md for the commands.
 package main
@@ -44,7 +45,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: sluice-bench cachehit|coldpath|storeread|incident|peer|capacity|fairshare [flags]")
+		return errors.New("usage: sluice-bench cachehit|coldpath|storeread|incident|peer|capacity|fairshare|writepath [flags]")
 	}
 	switch args[0] {
 	case "cachehit":
@@ -61,8 +62,10 @@ func run(ctx context.Context, args []string) error {
 		return capacity(ctx, args[1:])
 	case "fairshare":
 		return fairShare(args[1:])
+	case "writepath":
+		return writePath(ctx, args[1:])
 	}
-	return fmt.Errorf("unknown part %q; use cachehit, coldpath, storeread, incident, peer, capacity or fairshare", args[0])
+	return fmt.Errorf("unknown part %q; use cachehit, coldpath, storeread, incident, peer, capacity, fairshare or writepath", args[0])
 }
 
 // common are the flags every closed-loop part shares.
