@@ -33,7 +33,10 @@ package queue
 // Target, never past its StartBy. So a flow under its share is not shed
 // while a flow over it has work queued.
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 type fairState struct {
 	vtime        float64
@@ -47,6 +50,8 @@ type flow struct {
 	finish  float64   // virtual time at which its granted work ends
 	waiting int       // its waiters in the queue
 	queued  int64     // their items
+	usage   float64   // items admitted, decayed by usageHalfLife
+	usedAt  time.Time // when usage was last brought up to date
 	since   time.Time // when its waiters last went from none to one
 }
 
@@ -72,30 +77,72 @@ func (f *fairState) join(key string, weight float64, now time.Time) *flow {
 	return fl
 }
 
+// usageHalfLife is how fast a flow's record of the items it was
+// admitted fades.
+const usageHalfLife = time.Second
+
+// used is fl's usage decayed to now.
+func (fl *flow) used(now time.Time) float64 {
+	if dt := now.Sub(fl.usedAt); dt > 0 {
+		return fl.usage * math.Exp2(-dt.Seconds()/usageHalfLife.Seconds())
+	}
+	return fl.usage
+}
+
+// charge adds cost items admitted at now to fl's usage.
+func (fl *flow) charge(cost int64, now time.Time) {
+	fl.usage, fl.usedAt = fl.used(now)+float64(cost), now
+}
+
+// idle reports whether nothing distinguishes fl from a new flow at now:
+// no waiters, no lead on the virtual time, less than an item of usage.
+func (f *fairState) idle(fl *flow, now time.Time) bool {
+	return fl.waiting == 0 && fl.finish <= f.vtime && fl.used(now) < 1
+}
+
 // leave counts one waiter fewer on fl, forgetting the flow once nothing
 // distinguishes it from a new one.
-func (f *fairState) leave(fl *flow) {
+func (f *fairState) leave(fl *flow, now time.Time) {
 	fl.waiting--
-	if fl.waiting == 0 && fl.finish <= f.vtime {
+	if f.idle(fl, now) {
 		delete(f.flows, fl.key)
 	}
 }
 
-// served records that fl was granted cost items.
-func (f *fairState) served(fl *flow, cost int64) {
+// served records that fl was granted cost items from the queue at now.
+func (f *fairState) served(fl *flow, cost int64, now time.Time) {
 	start := max(f.vtime, fl.finish)
 	fl.finish = start + float64(cost)/fl.weight
 	f.vtime = start
+	fl.charge(cost, now)
 	if len(f.flows) > f.maxIdleFlows {
-		f.prune()
+		f.prune(now)
 	}
 }
 
-// prune forgets idle flows: first those the virtual time has passed,
-// then, if too many remain, the rest (they lose the lead they had).
-func (f *fairState) prune() {
+// admitted records that key's flow was admitted cost items at now
+// without waiting, so its usage counts when it next competes.
+func (f *fairState) admitted(key string, weight float64, cost int64, now time.Time) {
+	fl, ok := f.flows[key]
+	if !ok {
+		fl = &flow{key: key, weight: max(weight, 0)}
+		if fl.weight == 0 {
+			fl.weight = 1
+		}
+		f.flows[key] = fl
+	}
+	fl.charge(cost, now)
+	if len(f.flows) > f.maxIdleFlows {
+		f.prune(now)
+	}
+}
+
+// prune forgets idle flows: first those with nothing to tell them from
+// a new one, then, if too many remain, the rest without waiters (they
+// lose the lead and usage they had).
+func (f *fairState) prune(now time.Time) {
 	for key, fl := range f.flows {
-		if fl.waiting == 0 && fl.finish <= f.vtime {
+		if f.idle(fl, now) {
 			delete(f.flows, key)
 		}
 	}
@@ -109,34 +156,53 @@ func (f *fairState) prune() {
 	}
 }
 
-// reset forgets every flow; called when the queue empties.
-func (f *fairState) reset() {
-	clear(f.flows)
-	f.vtime = 0
+// held counts the flows not idle at now.
+func (f *fairState) held(now time.Time) int {
+	n := 0
+	for _, fl := range f.flows {
+		if !f.idle(fl, now) {
+			n++
+		}
+	}
+	return n
 }
 
-// lead is how far fl is ahead of the virtual time with extra more items
-// waiting: the work it was granted beyond it plus the work it has
-// waiting, at its weight. fl nil is a flow with nothing granted or
-// waiting.
-func (f *fairState) lead(fl *flow, extra int64, weight float64) float64 {
+// reset restarts virtual time when the queue empties (nobody is behind
+// anyone): every flow's lead on it goes, and flows with no usage left
+// are forgotten; the others keep their usage.
+func (f *fairState) reset(now time.Time) {
+	f.vtime = 0
+	for key, fl := range f.flows {
+		if fl.finish = 0; f.idle(fl, now) {
+			delete(f.flows, key)
+		}
+	}
+}
+
+// lead is how far fl is ahead of its fair share at now with extra more
+// items waiting: the work it was granted beyond the virtual time, plus
+// its recent usage (admitted at once or from the queue, fading with a
+// half-life of usageHalfLife, so that it counts across the times the
+// queue empties), plus the work it has waiting, at its weight. fl nil
+// is a flow with nothing granted or waiting.
+func (f *fairState) lead(fl *flow, extra int64, weight float64, now time.Time) float64 {
 	if fl == nil {
 		if weight <= 0 {
 			weight = 1
 		}
 		return float64(extra) / weight
 	}
-	return f.startTag(fl) - f.vtime + float64(fl.queued+extra)/fl.weight
+	return f.startTag(fl) - f.vtime + (fl.used(now)+float64(fl.queued+extra))/fl.weight
 }
 
 // startTag is when fl's next waiter starts in virtual time.
 func (f *fairState) startTag(fl *flow) float64 { return max(f.vtime, fl.finish) }
 
 // pick returns the waiter to serve: interactive before batch; among
-// those, the smallest start tag; among equal tags, the flow with the
-// smaller lead (less work waiting); then the oldest, or the newest when
-// lifo. waiters is in arrival order and not empty.
-func (f *fairState) pick(waiters []*waiter, lifo bool) *waiter {
+// those, the smallest start tag; among equal tags (as every tag is just
+// after the queue empties), the flow with the smaller lead (less recent
+// usage and work waiting); then the oldest, or the newest when lifo. waiters is in arrival order and not empty.
+func (f *fairState) pick(waiters []*waiter, lifo bool, now time.Time) *waiter {
 	for _, wantBatch := range []bool{false, true} {
 		var best *waiter
 		var bestTag, bestLead float64
@@ -149,7 +215,7 @@ func (f *fairState) pick(waiters []*waiter, lifo bool) *waiter {
 			if w.req.Batch != wantBatch {
 				continue
 			}
-			tag, lead := f.startTag(w.flow), f.lead(w.flow, 0, 0)
+			tag, lead := f.startTag(w.flow), f.lead(w.flow, 0, 0, now)
 			if best == nil || tag < bestTag || tag == bestTag && lead < bestLead {
 				best, bestTag, bestLead = w, tag, lead
 			}

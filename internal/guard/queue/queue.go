@@ -128,7 +128,7 @@ type Request struct {
 type Stats struct {
 	InUse    int64 // items admitted and not yet released
 	Capacity int64 // items that may be admitted now
-	Flows    int   // flows with fair-queuing state
+	Flows    int   // flows with fair-queuing state (waiters, lead or usage)
 	Waiting  int   // requests in the queue
 	Standing bool  // whether the queue counts as standing now
 	Shed     int64 // requests shed since start
@@ -241,6 +241,7 @@ func (q *Queue) enter(r Request) (*waiter, error) {
 		q.lastEmpty = now
 		if q.fits(r.Cost) {
 			q.inUse += r.Cost
+			q.fair.admitted(r.Flow, r.Weight, r.Cost, now)
 			return nil, nil
 		}
 	}
@@ -248,7 +249,7 @@ func (q *Queue) enter(r Request) (*waiter, error) {
 		return nil, q.refuse(fmt.Errorf("%w: batch work is not queued while %d requests wait", ErrShed, len(q.waiters)))
 	}
 	if len(q.waiters) >= q.cfg.MaxWaiters {
-		v := q.victim(q.fair.flows[r.Flow], q.fair.lead(q.fair.flows[r.Flow], r.Cost, r.Weight))
+		v := q.victim(q.fair.flows[r.Flow], q.fair.lead(q.fair.flows[r.Flow], r.Cost, r.Weight, now), now)
 		if v == nil {
 			return nil, q.refuse(fmt.Errorf("%w: %d requests already wait for capacity", ErrShed, len(q.waiters)))
 		}
@@ -257,7 +258,7 @@ func (q *Queue) enter(r Request) (*waiter, error) {
 	fl := q.fair.join(r.Flow, r.Weight, now)
 	wait := q.cfg.MaxWait(now, q.flowSince(fl), r.StartBy)
 	if wait <= 0 {
-		q.fair.leave(fl)
+		q.fair.leave(fl, now)
 		return nil, q.refuse(fmt.Errorf("%w: no capacity for %d items and no time left to wait", ErrShed, r.Cost))
 	}
 	fl.queued += r.Cost
@@ -299,7 +300,7 @@ func (q *Queue) spare(w *waiter, now time.Time) bool {
 	if left <= 0 || w.req.Batch {
 		return false
 	}
-	v := q.victim(w.flow, q.fair.lead(w.flow, 0, 0))
+	v := q.victim(w.flow, q.fair.lead(w.flow, 0, 0, now), now)
 	if v == nil {
 		return false
 	}
@@ -312,13 +313,13 @@ func (q *Queue) spare(w *waiter, now time.Time) bool {
 
 // victim returns the oldest waiter of the flow with the largest lead, if
 // that lead is larger than lead and the flow is not fl; nil otherwise.
-func (q *Queue) victim(fl *flow, lead float64) *waiter {
+func (q *Queue) victim(fl *flow, lead float64, now time.Time) *waiter {
 	var worst *flow
 	for _, w := range q.waiters {
 		if w.flow == fl || w.flow == worst {
 			continue
 		}
-		if l := q.fair.lead(w.flow, 0, 0); l > lead {
+		if l := q.fair.lead(w.flow, 0, 0, now); l > lead {
 			worst, lead = w.flow, l
 		}
 	}
@@ -355,7 +356,7 @@ func (q *Queue) onStanding() {
 	// at the expense of the others' while those still wait.
 	order := slices.Clone(q.waiters)
 	slices.SortStableFunc(order, func(a, b *waiter) int {
-		return cmp.Compare(q.fair.lead(a.flow, 0, 0), q.fair.lead(b.flow, 0, 0))
+		return cmp.Compare(q.fair.lead(a.flow, 0, 0, now), q.fair.lead(b.flow, 0, 0, now))
 	})
 	for _, w := range order {
 		if !slices.Contains(q.waiters, w) {
@@ -401,7 +402,7 @@ func (q *Queue) grant() {
 		if !q.fits(w.req.Cost) {
 			return
 		}
-		q.fair.served(w.flow, w.req.Cost)
+		q.fair.served(w.flow, w.req.Cost, now)
 		q.remove(w)
 		w.stop()
 		q.inUse += w.req.Cost
@@ -420,7 +421,7 @@ func (q *Queue) fits(cost int64) bool {
 // the flow first in fair order; within it, newest first in a standing
 // queue, oldest first otherwise.
 func (q *Queue) next(now time.Time) *waiter {
-	return q.fair.pick(q.waiters, q.cfg.standing(now, q.lastEmpty))
+	return q.fair.pick(q.waiters, q.cfg.standing(now, q.lastEmpty), now)
 }
 
 // remove takes w out of the queue, reporting whether it was there.
@@ -431,11 +432,12 @@ func (q *Queue) remove(w *waiter) bool {
 		return false
 	}
 	q.waiters = slices.Delete(q.waiters, i, i+1)
+	now := q.clock.Now()
 	w.flow.queued -= w.req.Cost
-	q.fair.leave(w.flow)
+	q.fair.leave(w.flow, now)
 	if len(q.waiters) == 0 {
-		q.fair.reset()
-		q.lastEmpty = q.clock.Now()
+		q.fair.reset(now)
+		q.lastEmpty = now
 		if q.stopCheck != nil {
 			q.stopCheck()
 			q.stopCheck = nil
@@ -452,7 +454,7 @@ func (q *Queue) Stats() Stats {
 	return Stats{
 		InUse:    q.inUse,
 		Capacity: q.capacity,
-		Flows:    len(q.fair.flows),
+		Flows:    q.fair.held(now),
 		Waiting:  len(q.waiters),
 		Standing: len(q.waiters) > 0 && q.cfg.standing(now, q.lastEmpty),
 		Shed:     q.shed,
