@@ -121,6 +121,7 @@ func (l *normalLoad) finish() {
 // that needs 20,000 records per call.
 const (
 	bulkRate      = 5_000 // the bulk client's items/s
+	bulkBurst     = 1_000
 	bulkPerCall   = 20_000
 	normalClients = 6
 	normalEvery   = 20 * time.Millisecond // 50 requests/s per normal client
@@ -140,7 +141,7 @@ func TestIncidentMix(t *testing.T) {
 	ts := startServer(t, bulkPerCall+1000, func(c *Config) {
 		c.Guard.Admission = budget.Config{
 			Default: budget.Budget{ItemsPerSecond: 50_000, Burst: 5_000, MaxInflightItems: 5_000},
-			Clients: map[string]budget.Budget{"bulk": {ItemsPerSecond: bulkRate, Burst: 1_000, MaxInflightItems: 2_000}, "warmup": unlimited},
+			Clients: map[string]budget.Budget{"bulk": {ItemsPerSecond: bulkRate, Burst: bulkBurst, MaxInflightItems: 2_000}, "warmup": unlimited},
 		}
 	})
 	ts.warm(1000)
@@ -202,6 +203,67 @@ func TestIncidentMix(t *testing.T) {
 			t.Errorf("bulk call %d took %v; its budget's pace is about %v", i, d, pace)
 		}
 	}
+
+	// pkg/client paces itself to the budget it reads from GetLimits, so
+	// the calls above keep the pace even if the server did not enforce
+	// it. A bulk caller that does not pace itself is held to the budget
+	// by the server: what it gets served is at most the burst plus the
+	// rate over the time it spent asking, and the rest is refused with
+	// ResourceExhausted and a RetryInfo.
+	u := unpacedBulk(ts, raw, 2)
+	allowed := float64(bulkBurst) + bulkRate*u.took.Seconds()
+	t.Logf("unpaced bulk caller: %d × %d-URI requests, 2 at a time, in %v: %d items served (budget allows %.0f), %d refused",
+		len(raw)/bulkBurst, bulkBurst, u.took, u.served, allowed, u.refused)
+	if float64(u.served) > allowed {
+		t.Errorf("an unpaced bulk caller was served %d items in %v; its budget (%d items/s, burst %d) allows %.0f", u.served, u.took, bulkRate, bulkBurst, allowed)
+	}
+	if u.wrong != "" {
+		t.Errorf("an unpaced bulk caller's refusal: %s; want ResourceExhausted with a RetryInfo", u.wrong)
+	}
+}
+
+// unpaced is what a caller that ignores its budget's pace got.
+type unpaced struct {
+	served, refused int
+	took            time.Duration
+	wrong           string // the first answer that was neither served nor a clear refusal
+}
+
+// unpacedBulk sends uris as "bulk" in requests of bulkBurst URIs,
+// parallel at a time, each as soon as the previous one is answered.
+func unpacedBulk(ts *testServer, uris []string, parallel int) unpaced {
+	var (
+		u    unpaced
+		mu   sync.Mutex
+		next atomic.Int64
+		wg   sync.WaitGroup
+	)
+	start := time.Now()
+	for range parallel {
+		wg.Go(func() {
+			for {
+				i := int(next.Add(1)-1) * bulkBurst
+				if i >= len(uris) {
+					return
+				}
+				_, err := ts.client.GetPostRecords(ts.ctx("bulk"), &sluicev1.GetPostRecordsRequest{Uris: uris[i : i+bulkBurst]})
+				_, hint := retryInfo(err)
+				mu.Lock()
+				switch {
+				case err == nil:
+					u.served += bulkBurst
+				case status.Code(err) == codes.ResourceExhausted && hint:
+					u.refused++
+				case u.wrong == "":
+					u.wrong = fmt.Sprintf("%v (RetryInfo %v)", err, hint)
+				}
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	u.took = time.Since(start)
+	return u
 }
 
 // retryInfo returns the RetryInfo delay of err, if it has one.
