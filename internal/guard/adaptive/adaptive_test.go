@@ -1,6 +1,7 @@
 package adaptive
 
 import (
+	"math/rand/v2"
 	"testing"
 	"time"
 )
@@ -144,6 +145,32 @@ func TestSaturatedLimitTracksKnee(t *testing.T) {
 	t.Logf("4× slower host: limit %d..%d over the last 30s", lo, hi)
 	if lo < knee/2 || hi > 8*knee {
 		t.Errorf("4× slower host: limit %d..%d, want within [%d, %d]", lo, hi, knee/2, 8*knee)
+	}
+}
+
+// Tests that a noisy host does not read as queueing: service times
+// spread widely (a CPU others share: from 10ms to 60ms, median about
+// 22ms, the fastest of a second far below the typical) but not growing
+// with depth, at a depth where the limit binds. The floor is a median,
+// so the ratio stays near 1 and the limit stays at Max; had the floor
+// been the fastest samples, the ratio would be over 2 and the limit
+// would fall to Min.
+func TestNoisyHostIsNotQueueing(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	l, err := New(Config{Min: 100, Max: 20_000, Tolerance: DefaultTolerance, Interval: DefaultInterval}, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	lowest := l.Limit()
+	for range 30_000 { // 30s
+		now = now.Add(time.Millisecond)
+		u := rng.Float64()
+		took := time.Duration(float64(10*time.Millisecond) * (1 + 5*u*u))
+		lowest = min(lowest, l.Observe(100, took, l.Limit(), now))
+	}
+	if got := l.Limit(); got != 20_000 || lowest < 10_000 {
+		t.Errorf("limit %d after 30s of noisy service times (lowest %d), want Max 20000 and never below half of it", got, lowest)
 	}
 }
 
