@@ -137,13 +137,14 @@ func (c *Cache) GetMulti(ctx context.Context, uris []string) map[string]Entry {
 	}
 	chunks := c.chunks(byKey)
 	found := make([]map[string]*memcache.Item, len(chunks))
+	sent := time.Now()
 	_ = fanout.Each(ctx, len(chunks), func(ctx context.Context, i int) error {
 		found[i] = chunks[i].get(ctx, c.opts.tracer)
 		return nil
 	})
 	out := make(map[string]Entry)
 	for i, items := range found {
-		chunks[i].srv.hide(items)
+		chunks[i].srv.hide(items, sent)
 		for key, it := range items {
 			if e, ok := decode(it); ok {
 				out[byKey[key]] = e

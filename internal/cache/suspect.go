@@ -58,9 +58,24 @@ type distrust struct {
 	since    time.Time
 	failures int64
 	owed     map[string]time.Time // key → when its tombstone was first missed
+	// A get sent while a key was owed (or the server suspect) may be
+	// answered after the debt is paid with what memcached read before the
+	// tombstone landed (a get and a set on two connections, both queued
+	// while the server was frozen): cleared keeps when each debt was paid,
+	// for clearedFor, and trusted when the suspicion last ended, so such
+	// an answer is hidden too.
+	cleared map[string]time.Time
+	trusted time.Time
 }
 
-func newDistrust() *distrust { return &distrust{owed: map[string]time.Time{}} }
+// clearedFor is how long a paid debt still hides the answers of gets sent
+// before it was paid: far longer than any get waits (the cache's Timeout
+// bounds each call).
+const clearedFor = time.Minute
+
+func newDistrust() *distrust {
+	return &distrust{owed: map[string]time.Time{}, cleared: map[string]time.Time{}}
+}
 
 // fail makes the server suspect as a whole from at on.
 func (d *distrust) fail(at time.Time) {
@@ -105,22 +120,25 @@ func (d *distrust) paid(key string, at time.Time) {
 	defer d.mu.Unlock()
 	if missed, ok := d.owed[key]; ok && !missed.After(at) {
 		delete(d.owed, key)
+		d.cleared[key] = time.Now()
 	}
 }
 
-// hide deletes from items the keys it must not answer, and reports how
-// many it deleted.
-func (d *distrust) hide(items map[string]*memcache.Item) int {
+// hide deletes from the items of a get sent at sent the keys it must not
+// answer — owed now, or paid (or the server trusted again) after the get
+// was sent — and reports how many it deleted.
+func (d *distrust) hide(items map[string]*memcache.Item, sent time.Time) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.on {
+	if d.on || d.trusted.After(sent) {
 		n := len(items)
 		clear(items)
 		return n
 	}
 	n := 0
 	for key := range items {
-		if _, ok := d.owed[key]; ok {
+		_, owed := d.owed[key]
+		if paid, ok := d.cleared[key]; owed || ok && paid.After(sent) {
 			delete(items, key)
 			n++
 		}
@@ -141,6 +159,11 @@ func (d *distrust) trusts(key string) bool {
 func (d *distrust) debts(expired time.Time) map[string]time.Time {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	for key, at := range d.cleared {
+		if time.Since(at) > clearedFor {
+			delete(d.cleared, key)
+		}
+	}
 	out := make(map[string]time.Time, len(d.owed))
 	for key, at := range d.owed {
 		if at.Before(expired) {
@@ -172,7 +195,7 @@ func (d *distrust) trust(s Suspect) bool {
 	if !d.on || d.failures != s.Failures || !d.since.Equal(s.Since) {
 		return false
 	}
-	d.on = false
+	d.on, d.trusted = false, time.Now()
 	return true
 }
 
@@ -189,12 +212,13 @@ func (s *server) suspected() bool {
 // trusts reports whether key may be read from and filled on s.
 func (s *server) trusts(key string) bool { return s.distrust == nil || s.distrust.trusts(key) }
 
-// hide drops from a get's items those s must not answer, counting them.
-func (s *server) hide(items map[string]*memcache.Item) {
+// hide drops from the items of a get sent at sent those s must not
+// answer, counting them.
+func (s *server) hide(items map[string]*memcache.Item, sent time.Time) {
 	if s.distrust == nil || len(items) == 0 {
 		return
 	}
-	s.distrusted.Add(int64(s.distrust.hide(items)))
+	s.distrusted.Add(int64(s.distrust.hide(items, sent)))
 }
 
 // tombstoned records the outcome of a tombstone for key on s, begun at

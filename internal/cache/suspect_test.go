@@ -99,3 +99,44 @@ func TestTooManyOwedKeysDistrustTheServer(t *testing.T) {
 		t.Errorf("%d keys still owed; the whole-server replay covers them", d.owedLen())
 	}
 }
+
+// Tests that a get sent while a key was owed, or its server suspect, and
+// answered after the debt was paid (or the server trusted again) is not
+// answered from memcached: memcached may have read the entry before the
+// tombstone landed, when a get and a set queued on two connections while
+// it was frozen. A get sent after the payment is answered as usual.
+func TestDebtPaidDuringAGetHidesItsAnswer(t *testing.T) {
+	items := func() map[string]*memcache.Item {
+		return map[string]*memcache.Item{"changed": {Key: "changed"}, "other": {Key: "other"}}
+	}
+	d := newDistrust()
+	missed := time.Now()
+	d.owe("changed", missed)
+	sent := time.Now()
+	time.Sleep(time.Millisecond) // the clock moves between the send and the payment
+	d.paid("changed", missed)
+	got := items()
+	if n := d.hide(got, sent); n != 1 || got["changed"] != nil || got["other"] == nil {
+		t.Errorf("a get sent before the debt was paid: hid %d, kept %v; want the paid key hidden, the other kept", n, got)
+	}
+	got = items()
+	if n := d.hide(got, time.Now()); n != 0 {
+		t.Errorf("a get sent after the debt was paid: hid %d keys, want 0", n)
+	}
+
+	d.fail(time.Now())
+	s, _ := d.suspect()
+	sent = time.Now()
+	time.Sleep(time.Millisecond)
+	if !d.trust(s) {
+		t.Fatal("trust refused with no failure since the suspicion was taken")
+	}
+	got = items()
+	if n := d.hide(got, sent); n != 2 {
+		t.Errorf("a get sent while the server was suspect, answered after Trust: hid %d keys, want 2", n)
+	}
+	got = items()
+	if n := d.hide(got, time.Now()); n != 0 {
+		t.Errorf("a get sent after Trust: hid %d keys, want 0", n)
+	}
+}

@@ -86,9 +86,17 @@ func TestNoStaleReadAfterMemcachedThaw(t *testing.T) {
 			}
 		})
 		t.Run(ch.name+"/journal-disabled", func(t *testing.T) {
-			if stale := thawRun(t, ch, true); stale == 0 {
-				t.Errorf("with the journal disabled no read after the thaw returned the old version; the test no longer reproduces the outage")
+			// A tombstone the breaker lets through while memcached is
+			// frozen (a half-open probe) waits in the kernel's socket
+			// buffer and lands at the thaw; such a run shows nothing,
+			// so the control runs up to three times and must show the
+			// bug in one of them.
+			for run := 1; run <= 3; run++ {
+				if thawRun(t, ch, true) > 0 {
+					return
+				}
 			}
+			t.Errorf("with the journal disabled no read after the thaw returned the old version in 3 runs; the test no longer reproduces the outage")
 		})
 	}
 }
