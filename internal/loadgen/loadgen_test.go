@@ -155,16 +155,17 @@ func TestOutstandingBoundDropsInsteadOfQueueing(t *testing.T) {
 // checkSendLag fails the test if sends lagged their schedule by a sizeable
 // share of span, a stall: a closed loop, or one that queued behind the
 // stalled requests, lags by up to the whole stall from its start on, so
-// its p50 is a large part of it. The bounds are shares of the stall, not
-// milliseconds, with room for a shared machine under the race detector
-// whose other core is busy (the scheduler then delays sends by tens of
-// milliseconds, not by the stall).
+// its p99 is nearly all of it and its p50 a large part. The bounds are
+// shares of the stall, not milliseconds, with room for a shared machine
+// under the race detector whose other core is busy (the scheduler then
+// delays a few sends by hundreds of milliseconds — 640 ms at p99 was seen
+// at load 21 on 2 cores — but not most of them, and not by the stall).
 func checkSendLag(t *testing.T, lag report.Latency, span time.Duration, what string) {
 	t.Helper()
 	spanMS := float64(span.Milliseconds())
-	if lag.P50 > spanMS/10 || lag.P99 > spanMS/3 {
-		t.Errorf("send lag p50 %.1f ms, p99 %.1f ms, want ≤ %.0f and ≤ %.0f (a tenth and a third of %v); %s",
-			lag.P50, lag.P99, spanMS/10, spanMS/3, span, what)
+	if lag.P50 > spanMS/10 || lag.P99 > spanMS/2 {
+		t.Errorf("send lag p50 %.1f ms, p99 %.1f ms, want ≤ %.0f and ≤ %.0f (a tenth and a half of %v); %s",
+			lag.P50, lag.P99, spanMS/10, spanMS/2, span, what)
 	}
 }
 
