@@ -58,14 +58,22 @@ func TestEachRespectsLimit(t *testing.T) {
 	}
 }
 
-// Tests that the first error stops scheduling and is returned.
+// Tests that the first error stops scheduling and is returned. Calls
+// after the failing one wait for the cancellation it causes, so a busy
+// machine that delays the failing goroutine cannot let others run ahead.
 func TestEachStopsOnError(t *testing.T) {
 	boom := errors.New("boom")
 	var calls atomic.Int32
 	err := Each(WithLimit(context.Background(), 2), 1000, func(ctx context.Context, i int) error {
 		calls.Add(1)
-		if i == 3 {
+		switch {
+		case i == 3:
 			return boom
+		case i > 3:
+			select {
+			case <-ctx.Done():
+			case <-time.After(10 * time.Second):
+			}
 		}
 		return nil
 	})
