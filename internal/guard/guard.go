@@ -38,8 +38,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -59,9 +61,18 @@ import (
 
 // Server is a gRPC server whose every method is guarded by a policy.
 type Server struct {
-	cfg      Config
-	grpc     *grpc.Server
-	health   *health.Server
+	cfg    Config
+	health *health.Server
+	// The *grpc.Server is built by the first Serve (start), not by New:
+	// its stream workers start with it and stop only when it does, so a
+	// server built by New and then dropped (a start-up that fails after
+	// New) holds no goroutine. Until then grpcOpts and registered wait.
+	mu         sync.Mutex
+	grpc       *grpc.Server // nil until the first Serve
+	grpcOpts   []grpc.ServerOption
+	registered []registration
+	drained    bool
+
 	methods  map[string]*method // by full method, "/pkg.Svc/M"
 	items    *queue.Queue
 	limiter  *adaptive.Limiter
@@ -76,6 +87,12 @@ type Server struct {
 
 	inflightItems atomic.Int64
 	itemLimit     atomic.Int64 // the limiter's last limit, applied to items
+}
+
+// registration is one service waiting for the *grpc.Server to exist.
+type registration struct {
+	desc *grpc.ServiceDesc
+	impl any
 }
 
 // method is what the interceptor knows of one registered method.
@@ -105,8 +122,10 @@ func WithGRPCOptions(opts ...grpc.ServerOption) Option {
 	return func(_ *Server, o *[]grpc.ServerOption) { *o = append(*o, opts...) }
 }
 
-// New validates cfg and returns a Server with health and reflection
-// registered and every service reported NOT_SERVING until SetServing.
+// New validates cfg and returns a Server with every service reported
+// NOT_SERVING until SetServing. Health, reflection and the services
+// Register accepts are registered on the gRPC server when Serve first
+// builds it.
 func New(cfg Config, opts ...Option) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -140,10 +159,8 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	// No grpc.NumStreamWorkers: its workers start in grpc.NewServer and
-	// stop only when the server does, so a server built and then dropped
-	// (a start-up that fails after New) leaks them.
-	grpcOpts := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(cfg.MaxRecvMsgBytes), grpc.ForceServerCodecV2(codec)},
+	grpcOpts := append([]grpc.ServerOption{grpc.MaxRecvMsgSize(cfg.MaxRecvMsgBytes), grpc.ForceServerCodecV2(codec),
+		grpc.NumStreamWorkers(streamWorkers(cfg))},
 		s.mem.grpcOptions(s)...)
 	for _, opt := range opts {
 		opt(s, &grpcOpts)
@@ -153,11 +170,41 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 		grpc.ChainStreamInterceptor(s.streamInterceptor),
 	)
 	s.itemLimit.Store(limiter.Limit())
-	s.grpc = grpc.NewServer(grpcOpts...)
-	healthpb.RegisterHealthServer(s.grpc, s.health)
-	reflection.Register(s.grpc)
+	s.grpcOpts = grpcOpts
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
 	return s, nil
+}
+
+// streamWorkers is how many long-lived goroutines serve streams: each
+// keeps the stack it grew through the interceptor chain and the read
+// path, where a goroutine per stream grows (copies) its stack on every
+// request. A stream that finds every worker busy gets a goroutine of its
+// own, as without workers, so the number bounds nothing and delays
+// nothing; it is sized for the requests a busy server has in flight, at
+// most max_inflight_requests. The goroutine bound (telemetry) leaves room
+// for them.
+func streamWorkers(cfg Config) uint32 {
+	return uint32(min(cfg.MaxInflightRequests, int64(16*runtime.GOMAXPROCS(0)), 64))
+}
+
+// start builds the *grpc.Server on the first call and registers health,
+// reflection and every service on it; it returns nil once Drain has run.
+func (s *Server) start() *grpc.Server {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.drained {
+		return nil
+	}
+	if s.grpc == nil {
+		s.grpc = grpc.NewServer(s.grpcOpts...)
+		healthpb.RegisterHealthServer(s.grpc, s.health)
+		reflection.Register(s.grpc)
+		for _, r := range s.registered {
+			s.grpc.RegisterService(r.desc, r.impl)
+		}
+		s.registered = nil
+	}
+	return s.grpc
 }
 
 // claimedName trusts the name the caller claims (no TLS).
@@ -199,7 +246,13 @@ func (s *Server) Register(desc *grpc.ServiceDesc, impl any) error {
 	for full, m := range registered {
 		s.methods[full] = m
 	}
-	s.grpc.RegisterService(s.countingFirst(desc, registered), impl)
+	s.mu.Lock()
+	if s.grpc != nil {
+		s.mu.Unlock()
+		return fmt.Errorf("guard: cannot register %s: the server is already serving", desc.ServiceName)
+	}
+	s.registered = append(s.registered, registration{desc: s.countingFirst(desc, registered), impl: impl})
+	s.mu.Unlock()
 	s.services = append(s.services, desc.ServiceName)
 	return nil
 }
@@ -257,9 +310,14 @@ func (s *Server) SetServing(serving bool) {
 // Serve accepts connections on lis until Stop or GracefulStop, at most
 // max_connections open at once.
 func (s *Server) Serve(lis net.Listener) error {
+	srv := s.start()
+	if srv == nil {
+		_ = lis.Close()
+		return nil // drained before serving, as grpc.Server.Serve after Stop
+	}
 	capped := connlimit.New(lis, s.mem.plan.Connections)
 	s.mem.listener.Store(capped)
-	err := s.grpc.Serve(capped)
+	err := srv.Serve(capped)
 	if errors.Is(err, grpc.ErrServerStopped) {
 		return nil
 	}
@@ -271,15 +329,22 @@ func (s *Server) Serve(lis net.Listener) error {
 func (s *Server) Drain(ctx context.Context) {
 	s.SetServing(false)
 	s.health.Shutdown()
+	s.mu.Lock()
+	s.drained = true
+	srv := s.grpc
+	s.mu.Unlock()
+	if srv == nil {
+		return // never served: no connection, no worker
+	}
 	stopped := make(chan struct{})
 	go func() {
-		s.grpc.GracefulStop()
+		srv.GracefulStop()
 		close(stopped)
 	}()
 	select {
 	case <-stopped:
 	case <-ctx.Done():
-		s.grpc.Stop()
+		srv.Stop()
 		<-stopped
 	}
 }

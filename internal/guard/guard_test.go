@@ -825,3 +825,56 @@ func TestUnknownMethodsAreNotServed(t *testing.T) {
 		t.Error("the unknown-service handler ran without a policy")
 	}
 }
+
+// Tests that a server built and never served holds no goroutine (its
+// stream workers start with its first Serve), that Serve after Drain
+// returns at once, and that a service cannot be registered once serving.
+func TestUnservedServerHoldsNoGoroutine(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	srv, err := guard.New(testConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Register(&sluicev1.PostRecords_ServiceDesc, newPostRecords()); err != nil {
+		t.Fatal(err)
+	}
+	// A start-up that fails after New drops the server as it is.
+	if err := goleak.Find(before); err != nil {
+		t.Errorf("a server never served left goroutines running: %v", err)
+	}
+	srv.Drain(context.Background())
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Serve(lis); err != nil {
+		t.Errorf("Serve after Drain: %v, want nil", err)
+	}
+
+	served, err := guard.New(testConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis2, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- served.Serve(lis2) }()
+	conn, err := grpc.NewClient(lis2.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	// Once health answers, the server is built and serving.
+	if _, err := healthpb.NewHealthClient(conn).Check(context.Background(), &healthpb.HealthCheckRequest{}, grpc.WaitForReady(true)); err != nil {
+		t.Fatalf("health check: %v", err)
+	}
+	if err := served.Register(&sluicev1.PostRecords_ServiceDesc, newPostRecords()); err == nil {
+		t.Error("Register succeeded on a server already serving")
+	}
+	served.Drain(context.Background())
+	if err := <-done; err != nil {
+		t.Errorf("Serve: %v", err)
+	}
+}
