@@ -105,8 +105,8 @@ const maxSamples = 512
 // floor is one size class's windowed minimum: per bucket of
 // FloorWindow/floorBuckets, the median of the first bucketSamples
 // samples that finished no deeper than the floor in force was learnt at
-// (or than the Limiter's Min). Deeper samples may include queueing, so
-// they never raise it; a median, not the fastest sample, because on a
+// (or than the Limiter's Min; the first floor, no deeper than Min).
+// Deeper samples may include queueing, so they never set or raise it; a median, not the fastest sample, because on a
 // host whose CPU others share the fastest request of a second is far
 // below the typical one even when nothing queues.
 type floor struct {
@@ -140,7 +140,7 @@ const (
 // in its bucket if it is no deeper than max(the floor's depth, least).
 func (f *floor) observe(x float64, depth, least int64, now time.Time) {
 	f.samples = min(f.samples+1, floorSamples)
-	if f.seconds > 0 && depth > max(f.depth, least) {
+	if depth > max(f.depth, least) {
 		return
 	}
 	width := FloorWindow / floorBuckets
