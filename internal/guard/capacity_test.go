@@ -29,7 +29,7 @@ func (d *delayedRecords) GetPostRecords(ctx context.Context, req *sluicev1.GetPo
 // generous test deadline.
 func TestItemLimitFollowsServiceTime(t *testing.T) {
 	cfg := testConfig()
-	cfg.MaxInflightItems, cfg.MinInflightItems = 1000, 50 // Min above the 40 items in flight, where floors are learnt
+	cfg.MaxInflightItems, cfg.MinInflightItems = 1000, 20
 	cfg.AdaptiveInterval = 20 * time.Millisecond
 	cfg.AdaptiveTolerance = 4 // room for a busy machine's jitter
 	impl := &delayedRecords{postRecords: newPostRecords()}

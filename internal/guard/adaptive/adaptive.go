@@ -7,9 +7,9 @@
 // how many items were in flight when it finished. For each size class
 // (1 item, 2–3, 4–7, … by powers of two) a Limiter keeps the no-load
 // floor of that service time as a windowed minimum, as BBR keeps its
-// minimum round-trip time: the median service time of each second, the
-// lowest of those over the last FloorWindow (10 s). So lucky outliers do
-// not set the floor, and a floor learnt on an idle machine
+// minimum round-trip time: the second-fastest sample of each second,
+// the lowest of those over the last FloorWindow (10 s). So one lucky
+// outlier does not set the floor, and a floor learnt on an idle machine
 // expires: when the whole host becomes slower (another process takes a
 // core), the floors follow it within FloorWindow instead of reading the
 // slowdown as queueing for good. Each Interval the controller compares
@@ -103,12 +103,9 @@ type ratio struct{ r, items float64 }
 const maxSamples = 512
 
 // floor is one size class's windowed minimum: per bucket of
-// FloorWindow/floorBuckets, the median of the first bucketSamples
-// samples that finished no deeper than the floor in force was learnt at
-// (or than the Limiter's Min; the first floor, no deeper than Min).
-// Deeper samples may include queueing, so they never set or raise it; a median, not the fastest sample, because on a
-// host whose CPU others share the fastest request of a second is far
-// below the typical one even when nothing queues.
+// FloorWindow/floorBuckets, the two fastest samples that finished no
+// deeper than the floor in force was learnt at (or than the Limiter's
+// Min). Deeper samples may include queueing, so they never raise it.
 type floor struct {
 	buckets [floorBuckets]bucket
 	samples int // samples seen, up to floorSamples
@@ -118,74 +115,52 @@ type floor struct {
 }
 
 type bucket struct {
-	start  time.Time
-	xs     []sample
-	median sample // of xs, when sorted is true
-	sorted bool
+	start         time.Time
+	first, second float64 // the fastest and second-fastest, seconds; 0 unset
+	firstDepth    int64   // the depths they finished at
+	secondDepth   int64
 }
-
-type sample struct {
-	seconds float64
-	depth   int64
-}
-
-// bucketSamples bounds the samples a bucket keeps; minBucket is how many
-// it needs before its median counts.
-const (
-	bucketSamples = 32
-	minBucket     = 3
-)
 
 // observe records a sample x, finishing at depth items in flight at now,
 // in its bucket if it is no deeper than max(the floor's depth, least).
 func (f *floor) observe(x float64, depth, least int64, now time.Time) {
 	f.samples = min(f.samples+1, floorSamples)
-	if depth > max(f.depth, least) {
+	if f.seconds > 0 && depth > max(f.depth, least) {
 		return
 	}
 	width := FloorWindow / floorBuckets
 	b := &f.buckets[int(now.UnixNano()/int64(width))%floorBuckets]
 	if now.Sub(b.start) >= width {
-		b.start, b.xs, b.sorted = now.Truncate(width), b.xs[:0], false
+		*b = bucket{start: now.Truncate(width)}
 	}
-	if len(b.xs) < bucketSamples {
-		b.xs, b.sorted = append(b.xs, sample{x, depth}), false
+	switch {
+	case b.first == 0 || x < b.first:
+		b.second, b.secondDepth = b.first, b.firstDepth
+		b.first, b.firstDepth = x, depth
+	case b.second == 0 || x < b.second:
+		b.second, b.secondDepth = x, depth
 	}
 }
 
-// med returns the bucket's median sample.
-func (b *bucket) med() sample {
-	if !b.sorted {
-		xs := slices.Clone(b.xs)
-		slices.SortFunc(xs, func(p, q sample) int { return cmp.Compare(p.seconds, q.seconds) })
-		b.median, b.sorted = xs[len(xs)/2], true
-	}
-	return b.median
-}
-
-// value is the floor at now: the lowest median of the buckets still in
-// the window, or, when none has enough samples, the last floor. ok is
+// value is the floor at now: the lowest second-fastest sample of the
+// buckets still in the window, or, when none is, the last floor. ok is
 // false until the class has enough samples.
 func (f *floor) value(now time.Time, least int64) (seconds float64, ok bool) {
 	if f.samples < floorSamples {
 		return 0, false
 	}
-	var best sample
-	for i := range f.buckets {
-		b := &f.buckets[i]
-		if len(b.xs) < minBucket || now.Sub(b.start) >= FloorWindow {
-			continue
-		}
-		if m := b.med(); best.seconds == 0 || m.seconds < best.seconds {
-			best = m
+	best, bestDepth := 0.0, int64(0)
+	for _, b := range f.buckets {
+		if b.second > 0 && now.Sub(b.start) < FloorWindow && (best == 0 || b.second < best) {
+			best, bestDepth = b.second, b.secondDepth
 		}
 	}
 	switch {
-	case best.seconds == 0:
+	case best == 0:
 	case f.seconds == 0: // the first floor
-		f.seconds, f.depth = best.seconds, best.depth
+		f.seconds, f.depth = best, bestDepth
 	default: // never deeper than before, so it cannot creep up with the depth
-		f.seconds, f.depth = best.seconds, min(best.depth, max(f.depth, least))
+		f.seconds, f.depth = best, min(bestDepth, max(f.depth, least))
 	}
 	return f.seconds, f.seconds > 0
 }
