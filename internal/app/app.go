@@ -31,6 +31,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/posts"
 	"github.com/sluice-dev/sluice/internal/records"
 	"github.com/sluice-dev/sluice/internal/rpc"
+	"github.com/sluice-dev/sluice/internal/socialgraph"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/store/cqlstore"
 	"github.com/sluice-dev/sluice/internal/telemetry"
@@ -263,6 +264,7 @@ func (a *App) registerBsky(st store.Store, requests *telemetry.Requests) error {
 		}
 	}
 	threads := posts.New(opthread.Collection, a.Cache, st, posts.WriteLimits{MaxRecordBytes: records.MaxIndexBytes}, posts.WithLogger(a.log))
+	graph := posts.New(socialgraph.Collection, a.Cache, st, posts.DefaultWriteLimits(), posts.WithLogger(a.log))
 	svc := bskyrpc.New(func(collection string) *posts.Service {
 		if collection == opthread.Collection {
 			return threads
@@ -272,7 +274,7 @@ func (a *App) registerBsky(st store.Store, requests *telemetry.Requests) error {
 	if err := a.Guard.Register(&bsky.Service_ServiceDesc, svc); err != nil {
 		return err
 	}
-	w, err := records.New(services, threads, records.WithHorizon(a.Near.Horizon()))
+	w, err := records.New(services, threads, graph, records.WithHorizon(a.Near.Horizon()))
 	if err != nil {
 		return err
 	}

@@ -367,3 +367,78 @@ func (ts *testServer) readFromNearCache(t *testing.T, uri string, visible bool) 
 		}
 	}
 }
+
+// Tests the thread-gate rules decided from the social graph, as the
+// reference's violatesThreadGate does: a follower rule lets those who
+// follow the root's author reply, a following rule those the author
+// follows, a list rule those on the list; a deleted follow no longer
+// counts, and a follow of the wrong direction never does.
+func TestRecordsThreadGateGraphRules(t *testing.T) {
+	const (
+		dave  = "did:plc:dddddddddddddddddddddddd"
+		erin  = "did:plc:eeeeeeeeeeeeeeeeeeeeeeee"
+		frank = "did:plc:ffffffffffffffffffffffff"
+	)
+	ts := startServer(t, 1, func(c *Config) { c.Telemetry.Clients = []string{"appview"} })
+	w := sluicev1.NewRecordsClient(ts.conn)
+	r := bsky.NewServiceClient(ts.conn)
+	ctx := ts.appviewCtx()
+	put := func(recs ...*sluicev1.Record) {
+		t.Helper()
+		if resp, err := w.PutRecords(ctx, &sluicev1.PutRecordsRequest{Records: recs}); err != nil || resp.GetWritten() != uint32(len(recs)) {
+			t.Fatalf("PutRecords = %v, %v", resp, err)
+		}
+	}
+	post := func(did, rkey, body string) *sluicev1.Record {
+		return writeRec(did, "app.bsky.feed.post", rkey, `,"text":"t"`+body)
+	}
+	replyTo := func(did, rkey, root string) *sluicev1.Record {
+		return post(did, rkey, `,"reply":{"root":`+ref(root)+`,"parent":`+ref(root)+`}`)
+	}
+	follow := func(creator, rkey, subject string) *sluicev1.Record {
+		return writeRec(creator, "app.bsky.graph.follow", rkey, `,"subject":"`+subject+`"`)
+	}
+	list := recURI(bob, "app.bsky.graph.list", "3klist")
+	all := recURI(bob, "app.bsky.feed.post", "3kall")
+	followersOnly := recURI(bob, "app.bsky.feed.post", "3kfollowers")
+	carolFollowsBob := follow(carol, "3kf1", bob)
+	put(
+		writeRec(bob, "app.bsky.feed.threadgate", "3kall", `,"post":"`+all+`","allow":[{"$type":"app.bsky.feed.threadgate#followerRule"},{"$type":"app.bsky.feed.threadgate#followingRule"},{"$type":"app.bsky.feed.threadgate#listRule","list":"`+list+`"}]`),
+		post(bob, "3kall", ""),
+		writeRec(bob, "app.bsky.feed.threadgate", "3kfollowers", `,"post":"`+followersOnly+`","allow":[{"$type":"app.bsky.feed.threadgate#followerRule"}]`),
+		post(bob, "3kfollowers", ""),
+		carolFollowsBob,
+		follow(bob, "3kf2", dave),
+		writeRec(bob, "app.bsky.graph.list", "3klist", `,"name":"l","purpose":"app.bsky.graph.defs#curatelist"`),
+		writeRec(bob, "app.bsky.graph.listitem", "3kli", `,"subject":"`+erin+`","list":"`+list+`"`),
+	)
+	replies := []*sluicev1.Record{
+		replyTo(carol, "3kr1", all),          // follows bob: follower rule
+		replyTo(dave, "3kr2", all),           // bob follows dave: following rule
+		replyTo(erin, "3kr3", all),           // on bob's list: list rule
+		replyTo(frank, "3kr4", all),          // none of them
+		replyTo(dave, "3kr5", followersOnly), // followed by bob, but no follower of his
+		replyTo(carol, "3kr6", followersOnly),
+	}
+	put(replies...)
+	if _, err := w.DeleteRecords(ctx, &sluicev1.DeleteRecordsRequest{Uris: []string{carolFollowsBob.Uri}}); err != nil {
+		t.Fatal(err)
+	}
+	afterUnfollow := replyTo(carol, "3kr7", followersOnly)
+	put(afterUnfollow)
+
+	uris := []string{afterUnfollow.Uri}
+	for _, rec := range replies {
+		uris = append(uris, rec.Uri)
+	}
+	resp, err := r.GetPostRecords(ctx, &bsky.GetPostRecordsRequest{Uris: uris})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []bool{true, false, false, false, true, true, false}
+	for i, w := range want {
+		if got := resp.Meta[i].ViolatesThreadGate; got != w {
+			t.Errorf("%s: violates_thread_gate = %v, want %v", uris[i], got, w)
+		}
+	}
+}

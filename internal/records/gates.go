@@ -3,8 +3,10 @@ package records
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 
 	"github.com/sluice-dev/sluice/internal/aturi"
+	"github.com/sluice-dev/sluice/internal/socialgraph"
 	"github.com/sluice-dev/sluice/internal/store"
 )
 
@@ -43,10 +45,17 @@ type typed struct {
 	Type string `json:"$type"`
 }
 
+// allowRule is one rule of a thread-gate's allow list; List is set for a
+// list rule.
+type allowRule struct {
+	Type string `json:"$type"`
+	List string `json:"list"`
+}
+
 // threadgateBody: a nil Allow (absent or null) allows every reply, an
 // empty one none.
 type threadgateBody struct {
-	Allow *[]typed `json:"allow"`
+	Allow *[]allowRule `json:"allow"`
 }
 
 type postgateBody struct {
@@ -92,7 +101,48 @@ func (w *Writer) violatesThreadGate(ctx context.Context, replier, rootURI string
 	if err != nil {
 		return false, err
 	}
-	return !CanReply(replier, root.DID, rootPost.JSON, gate.JSON), nil
+	allowed, ask := ParseThreadGate(replier, root.DID, rootPost.JSON, gate.JSON)
+	if allowed {
+		return false, nil
+	}
+	allowed, err = w.graphAllows(ctx, replier, root.DID, ask)
+	return !allowed, err
+}
+
+// graphAllows asks the social graph the rules ParseThreadGate left open,
+// as the reference's violatesThreadGate queries its follow and list-item
+// tables: the owner follows the replier (following), the replier follows
+// the owner (followers), or the replier is on one of the lists.
+func (w *Writer) graphAllows(ctx context.Context, replier, owner string, ask GraphRules) (bool, error) {
+	var edges []string
+	if ask.Following {
+		if e, ok := socialgraph.Follows(owner, replier); ok {
+			edges = append(edges, e)
+		}
+	}
+	if ask.Followers {
+		if e, ok := socialgraph.Follows(replier, owner); ok {
+			edges = append(edges, e)
+		}
+	}
+	for _, list := range ask.Lists {
+		if e, ok := socialgraph.OnList(list, replier); ok {
+			edges = append(edges, e)
+		}
+	}
+	if len(edges) == 0 {
+		return false, nil
+	}
+	res, _, err := w.graph.Get(ctx, edges)
+	if err != nil {
+		return false, fmt.Errorf("read the social graph: %w", err)
+	}
+	for _, r := range res {
+		if r.Found && socialgraph.Decode(r.Record.JSON).Exists() {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 func (w *Writer) violatesEmbedding(ctx context.Context, quoter, quotedURI string, batch map[string]*store.Record) (bool, error) {
@@ -107,22 +157,28 @@ func (w *Writer) violatesEmbedding(ctx context.Context, quoter, quotedURI string
 	return EmbeddingDisabled(gate.JSON), nil
 }
 
-// CanReply decides whether replier may reply in a thread whose root post
-// (rootJSON, by owner) has the thread-gate gateJSON, as the reference's
-// parseThreadGate and violatesThreadGate do: the owner always may; a gate
-// without allow lets anyone, allow: [] nobody; a mention rule lets the
-// users the root post mentions. The follower, following and list rules
-// need the follow graph and list members, which a store keyed by record
-// URI cannot query: a gate with any of them lets the reply through (it is
-// not marked as violating), so sluice never hides a reply the reference
-// would show.
-func CanReply(replier, owner string, rootJSON, gateJSON []byte) bool {
+// GraphRules are the rules of a thread-gate that the social graph
+// decides.
+type GraphRules struct {
+	Followers bool     // the replier follows the root's author
+	Following bool     // the root's author follows the replier
+	Lists     []string // the replier is on one of these lists
+}
+
+// ParseThreadGate decides what it can of whether replier may reply in a
+// thread whose root post (rootJSON, by owner) has the thread-gate
+// gateJSON, as the reference's parseThreadGate does: the owner always
+// may; a gate without allow lets anyone, allow: [] nobody; a mention rule
+// lets the users the root post mentions. When none of those lets the
+// reply through, ask holds the follower, following and list rules left
+// to ask the social graph; with none the reply is refused.
+func ParseThreadGate(replier, owner string, rootJSON, gateJSON []byte) (allowed bool, ask GraphRules) {
 	if replier == owner {
-		return true
+		return true, ask
 	}
 	var gate threadgateBody
 	if json.Unmarshal(gateJSON, &gate) != nil || gate.Allow == nil {
-		return true
+		return true, ask
 	}
 	var root postBody
 	_ = json.Unmarshal(rootJSON, &root)
@@ -130,13 +186,19 @@ func CanReply(replier, owner string, rootJSON, gateJSON []byte) bool {
 		switch rule.Type {
 		case mentionRule:
 			if mentions(root, replier) {
-				return true
+				return true, GraphRules{}
 			}
-		case followerRule, followingRule, listRule:
-			return true
+		case followerRule:
+			ask.Followers = true
+		case followingRule:
+			ask.Following = true
+		case listRule:
+			if rule.List != "" {
+				ask.Lists = append(ask.Lists, rule.List)
+			}
 		}
 	}
-	return false
+	return false, ask
 }
 
 // EmbeddingDisabled reports whether a post-gate disables embedding (a

@@ -6,12 +6,17 @@
 //     post-gate record exists with the same author and record key;
 //     writing or deleting such a gate sets or clears the flag on its post;
 //   - a reply violates_thread_gate when its root's thread-gate disallows
-//     the replier (see CanReply for the rules decided);
+//     the replier (ParseThreadGate, then the social graph: every rule of
+//     the lexicon is decided);
 //   - a quote violates_embedding_rules when the quoted post's post-gate
 //     disables embedding and the quoter is not its author;
 //   - a post that replies in a thread its author started is added to the
 //     thread's OP-reply index (package opthread), and marked deleted there
-//     when it is deleted, so GetPostRecords can answer op_threads.
+//     when it is deleted, so GetPostRecords can answer op_threads;
+//   - a follow or list-item record is added to the social graph's edges
+//     (package socialgraph), and removed when it is deleted, so that the
+//     follower, following and list rules of thread-gates can be decided
+//     for replies written afterwards.
 //
 // Each collection's writes go through its posts.Service (validation,
 // store write, then cache invalidation), so the next read from any
@@ -33,6 +38,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/guard/fanout"
 	"github.com/sluice-dev/sluice/internal/opthread"
 	"github.com/sluice-dev/sluice/internal/posts"
+	"github.com/sluice-dev/sluice/internal/socialgraph"
 	"github.com/sluice-dev/sluice/internal/store"
 )
 
@@ -47,6 +53,7 @@ const (
 type Writer struct {
 	services map[string]*posts.Service
 	threads  *posts.Service // the OP-thread indexes (package opthread)
+	graph    *posts.Service // the social graph's edges (package socialgraph)
 	horizon  time.Duration
 }
 
@@ -62,11 +69,12 @@ func WithHorizon(d time.Duration) Option {
 }
 
 // New returns a writer over services, keyed by collection, keeping the
-// OP-thread indexes of posts through threads. services must hold the
-// post, thread-gate and post-gate collections, and threads serve
-// opthread.Collection.
-func New(services map[string]*posts.Service, threads *posts.Service, opts ...Option) (*Writer, error) {
-	for _, c := range []string{PostCollection, ThreadgateCollection, PostgateCollection} {
+// OP-thread indexes of posts through threads and the social graph through
+// graph. services must hold the post, thread-gate, post-gate, follow and
+// list-item collections, threads serve opthread.Collection and graph
+// socialgraph.Collection.
+func New(services map[string]*posts.Service, threads, graph *posts.Service, opts ...Option) (*Writer, error) {
+	for _, c := range []string{PostCollection, ThreadgateCollection, PostgateCollection, socialgraph.FollowCollection, socialgraph.ListItemCollection} {
 		if services[c] == nil {
 			return nil, fmt.Errorf("records: no service for %s", c)
 		}
@@ -74,7 +82,10 @@ func New(services map[string]*posts.Service, threads *posts.Service, opts ...Opt
 	if threads == nil || threads.Collection() != opthread.Collection {
 		return nil, fmt.Errorf("records: no service for the OP-thread indexes (%s)", opthread.Collection)
 	}
-	w := &Writer{services: services, threads: threads}
+	if graph == nil || graph.Collection() != socialgraph.Collection {
+		return nil, fmt.Errorf("records: no service for the social graph (%s)", socialgraph.Collection)
+	}
+	w := &Writer{services: services, threads: threads, graph: graph}
 	for _, o := range opts {
 		o(w)
 	}
@@ -146,6 +157,9 @@ func (w *Writer) Put(ctx context.Context, recs []store.Record) (int, error) {
 	if err := w.indexOPReplies(ctx, parsed, recs); err != nil {
 		return written, err
 	}
+	if err := w.indexEdges(ctx, parsed, recs); err != nil {
+		return written, err
+	}
 	if anyTakenDown(recs) {
 		return written, w.settle(ctx)
 	}
@@ -199,6 +213,10 @@ func (w *Writer) Delete(ctx context.Context, uris []string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	edges, err := w.storedEdges(ctx, parsed)
+	if err != nil {
+		return 0, err
+	}
 	deleted := 0
 	for _, c := range order {
 		n, err := w.services[c].Delete(ctx, groups[c])
@@ -215,6 +233,9 @@ func (w *Writer) Delete(ctx context.Context, uris []string) (int, error) {
 		}
 	}
 	if err := w.markOPRepliesDeleted(ctx, opReplies, time.Now()); err != nil {
+		return deleted, err
+	}
+	if err := w.unindexEdges(ctx, edges); err != nil {
 		return deleted, err
 	}
 	return deleted, nil

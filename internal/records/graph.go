@@ -1,0 +1,69 @@
+package records
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/sluice-dev/sluice/internal/aturi"
+	"github.com/sluice-dev/sluice/internal/socialgraph"
+	"github.com/sluice-dev/sluice/internal/store"
+)
+
+// indexEdges adds the follow and list-item records among recs to the
+// social graph's edges, one read-modify-write per edge.
+func (w *Writer) indexEdges(ctx context.Context, parsed []aturi.URI, recs []store.Record) error {
+	for i, u := range parsed {
+		edge, ok := socialgraph.EdgeOf(u, recs[i].JSON)
+		if !ok {
+			continue
+		}
+		if err := w.changeEdge(ctx, edge, func(e *socialgraph.Edge) bool { return e.Add(recs[i].URI) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// storedEdges reads the stored follow and list-item records among uris,
+// before they are deleted: record URI → the edge it makes.
+func (w *Writer) storedEdges(ctx context.Context, parsed []aturi.URI) (map[string]string, error) {
+	out := map[string]string{}
+	for _, u := range parsed {
+		if u.Collection != socialgraph.FollowCollection && u.Collection != socialgraph.ListItemCollection {
+			continue
+		}
+		rec, found, err := w.services[u.Collection].Stored(ctx, u.String())
+		if err != nil {
+			return nil, err
+		}
+		if edge, ok := socialgraph.EdgeOf(u, rec.JSON); found && ok {
+			out[u.String()] = edge
+		}
+	}
+	return out, nil
+}
+
+// unindexEdges removes deleted records from the edges they made.
+func (w *Writer) unindexEdges(ctx context.Context, edges map[string]string) error {
+	for rec, edge := range edges {
+		if err := w.changeEdge(ctx, edge, func(e *socialgraph.Edge) bool { return e.Remove(rec) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (w *Writer) changeEdge(ctx context.Context, edge string, change func(*socialgraph.Edge) bool) error {
+	err := w.graph.Upsert(ctx, edge, func(r *store.Record, _ bool) bool {
+		e := socialgraph.Decode(r.JSON)
+		if !change(&e) {
+			return false
+		}
+		r.JSON = e.Encode()
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("update the social graph edge %s: %w", edge, err)
+	}
+	return nil
+}
