@@ -14,8 +14,9 @@
 # round of one peer case, 6s), SLUICE_BENCH_PEER_ROUNDS (2),
 # SLUICE_BENCH_ZIPF_S (1.1), SLUICE_BENCH_FAIR_RUN (each fair-share run,
 # 20s), SLUICE_BENCH_FAIR_ROUNDS (3), SLUICE_BENCH_WRITE_RUN (each
-# write-path leg, 5s), SLUICE_BENCH_WRITE_ROUNDS (2), SLUICE_BENCH_DIR (.bench).
-# SLUICE_BENCH_PARTS ("cachehit incident fairshare coldpath peer writepath") runs only the
+# write-path leg, 5s), SLUICE_BENCH_WRITE_ROUNDS (2), SLUICE_BENCH_JOURNAL_ROUNDS
+# (journal-row rounds, 3), SLUICE_BENCH_DIR (.bench).
+# SLUICE_BENCH_PARTS ("cachehit incident fairshare coldpath peer writepath journalrow") runs only the
 # parts it names and then writes $OUT/BENCHMARKS.md instead of the doc.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -242,6 +243,44 @@ part_writepath() {
   rm -rf "$OUT/data-on" "$OUT/data-off"
 }
 
+# part_journalrow: what the journal's entries cost a store write —
+# boltstore's BenchmarkPutJournal, Put of a 50-record batch with its
+# journal entries against the same transaction with the records only,
+# alternating (order swapped each round) so both see the same machine.
+part_journalrow() {
+  local p=61-journalrow bench=$BIN/boltstore.test rounds=${SLUICE_BENCH_JOURNAL_ROUNDS:-3}
+  go test -c -o "$bench" ./internal/store/boltstore
+  echo "go test -c -o $bench ./internal/store/boltstore" >>"$OUT/md/$p.cmds"
+  local round variant order rate on=() off=()
+  for ((round = 1; round <= rounds; round++)); do
+    order="journal records-only"; ((round % 2 == 0)) && order="records-only journal"
+    for variant in $order; do
+      log "journal row: round $round/$rounds, $variant"
+      echo "$bench -test.run '^\$' -test.bench 'BenchmarkPutJournal/^$variant\$' -test.benchtime 200x" >>"$OUT/md/$p.cmds"
+      rate=$( (cd internal/store/boltstore && "$bench" -test.run '^$' -test.bench "BenchmarkPutJournal/^$variant\$" -test.benchtime 200x) |
+        awk '/records\/s/ { for (i = 1; i < NF; i++) if ($(i + 1) == "records/s") print $i }')
+      if [[ $variant == journal ]]; then on+=("$rate"); else off+=("$rate"); fi
+    done
+  done
+  {
+    echo "## The journal's cost to a store write"
+    echo
+    echo "Embedded store, 50-record batches of about 500 bytes each, \`Put\` with each change's journal"
+    echo "entry in the same transaction against the same transaction with the records only"
+    echo "(\`BenchmarkPutJournal\`, 200 batches per measure, alternating)."
+    echo
+    echo "| round | with the journal, records/s | records only, records/s | ratio |"
+    echo "|---|---|---|---|"
+    local ratios=()
+    for ((round = 0; round < rounds; round++)); do
+      ratios+=("$(awk -v a="${on[$round]}" -v b="${off[$round]}" 'BEGIN { printf "%.2f", a / b }')")
+      printf '| %d | %.0f | %.0f | %s× |\n' $((round + 1)) "${on[$round]}" "${off[$round]}" "${ratios[$round]}"
+    done
+    echo
+    echo "Median ratio: **$(printf '%s\n' "${ratios[@]}" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')×** the writes/s of a store that recorded nothing."
+  } >"$OUT/md/$p.md"
+}
+
 assemble() {
   local f part
   {
@@ -277,7 +316,7 @@ assemble() {
 
 started=$(date +%s)
 LOADAVG_START=$(cut -d' ' -f1-3 /proc/loadavg)
-PARTS=${SLUICE_BENCH_PARTS:-cachehit incident fairshare coldpath peer writepath}
+PARTS=${SLUICE_BENCH_PARTS:-cachehit incident fairshare coldpath peer writepath journalrow}
 [[ -n ${SLUICE_BENCH_PARTS:-} ]] && DOC=$OUT/BENCHMARKS.md
 part_setup
 for part in $PARTS; do "part_$part"; done
