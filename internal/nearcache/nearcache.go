@@ -4,7 +4,10 @@
 //
 // It owns one bounded in-memory cache (otter: W-TinyLFU, so a key read
 // once passes through a small window and stays only if its read frequency
-// beats the entry it would evict), the byte cap, the TTL, and the rule
+// beats the entry it would evict), a doorkeeper in front of it (a key is
+// stored only on its second shared-cache answer within a while, so a
+// uniform load of keys read once costs no insertions), the byte cap, the
+// TTL, and the rule
 // that a write on this replica is never followed by a read of the old
 // value from memory: Invalidate and Forget drop the key, and an answer
 // from the shared cache that was fetched before a concurrent Invalidate is
@@ -83,6 +86,11 @@ type Shared interface {
 // generations is the number of write counters keys are hashed onto.
 const generations = 4096
 
+// doorBits is the size of the doorkeeper's bit set: keys the shared cache
+// answered once recently. It is cleared after doorBits/4 new keys, so a
+// key must come back within about that many others to be stored.
+const doorBits = 1 << 16
+
 // Cache is a near cache in front of a Shared cache; it has the same
 // methods, so the read path uses it in place of the shared one. It is
 // safe for concurrent use.
@@ -98,6 +106,10 @@ type Cache struct {
 	// shared cache keeps its answer only if its key's counter did not
 	// move while it was in flight.
 	gens [generations]atomic.Uint64
+	// door has a bit per hash slot of the keys the shared cache answered
+	// since it was last cleared; doorAdds counts the bits set since then.
+	door     [doorBits / 64]atomic.Uint64
+	doorAdds atomic.Uint64
 }
 
 // New returns a near cache in front of shared. cfg must be valid.
@@ -178,7 +190,9 @@ func (c *Cache) GetMulti(ctx context.Context, uris []string) map[string]cache.En
 			continue
 		}
 		out[uri] = e
-		c.keep(uri, held{entry: e, readAt: now}, before[i])
+		if c.admit(uri) {
+			c.keep(uri, held{entry: e, readAt: now}, before[i])
+		}
 	}
 	return out
 }
@@ -199,7 +213,9 @@ func (c *Cache) keep(uri string, h held, before uint64) {
 }
 
 // Fill refills the shared cache; the near cache keeps only what it reads
-// back from the shared cache, so a key enters memory on its second read.
+// back from the shared cache, and only on the second such answer (the
+// doorkeeper), so a key first read from the store enters memory on its
+// third read.
 func (c *Cache) Fill(ctx context.Context, entries map[string]cache.Entry) {
 	c.shared.Fill(ctx, entries)
 }
@@ -224,6 +240,25 @@ func (c *Cache) Forget(uris []string) {
 		c.gen(uri).Add(1)
 		c.mem.Invalidate(uri)
 	}
+}
+
+// admit reports whether the shared cache answered uri before, since the
+// doorkeeper was last cleared, and notes that it has now.
+func (c *Cache) admit(uri string) bool {
+	slot := maphash.String(c.seed, uri) % doorBits
+	word, bit := &c.door[slot/64], uint64(1)<<(slot%64)
+	if word.Load()&bit != 0 {
+		return true
+	}
+	if word.Or(bit)&bit != 0 {
+		return true // another reader noted it first
+	}
+	if c.doorAdds.Add(1)%(doorBits/4) == 0 {
+		for i := range c.door {
+			c.door[i].Store(0)
+		}
+	}
+	return false
 }
 
 func (c *Cache) gen(uri string) *atomic.Uint64 {

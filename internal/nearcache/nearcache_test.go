@@ -159,6 +159,7 @@ func TestReadInFlightDuringInvalidateDoesNotKeepTheOldValue(t *testing.T) {
 	uri := uniqueURIs(t, 1)
 	shared.Fill(ctx, map[string]cache.Entry{uri[0]: {Value: []byte("old")}})
 
+	near.admit(uri[0]) // answered once before: the slow read would keep its answer
 	answered := shared.answered
 	done := make(chan map[string]cache.Entry)
 	go func() { done <- near.GetMulti(ctx, uri) }()
@@ -191,6 +192,7 @@ func TestEntryLifetimeStartsWhenTheReadBegins(t *testing.T) {
 	uri := uniqueURIs(t, 1)
 	shared.Fill(ctx, map[string]cache.Entry{uri[0]: {Value: []byte("v")}})
 
+	near.admit(uri[0]) // answered once before: the slow read would keep its answer
 	answered := shared.answered
 	done := make(chan map[string]cache.Entry)
 	go func() { done <- near.GetMulti(ctx, uri) }()
@@ -223,6 +225,7 @@ func TestInvalidateForgetsWhenMemcachedIsDown(t *testing.T) {
 	uri := uniqueURIs(t, 1)
 	shared.Fill(ctx, map[string]cache.Entry{uri[0]: {Value: []byte("old")}})
 	near.GetMulti(ctx, uri)
+	near.GetMulti(ctx, uri) // the second answer passes the doorkeeper
 	if _, ok := near.mem.GetIfPresent(uri[0]); !ok {
 		t.Fatal("the entry read from memcached is not held in memory")
 	}
@@ -232,6 +235,37 @@ func TestInvalidateForgetsWhenMemcachedIsDown(t *testing.T) {
 	}
 	if got, ok := near.GetMulti(ctx, uri)[uri[0]]; ok {
 		t.Fatalf("read after a failed Invalidate returned %q from memory", got.Value)
+	}
+}
+
+// Tests the doorkeeper: a key the shared cache answered once is not
+// stored, on its second answer it is, and after doorBits/4 other keys the
+// doorkeeper has forgotten the first answer.
+func TestDoorkeeperStoresOnTheSecondAnswer(t *testing.T) {
+	ctx := testContext(t)
+	shared := sharedCache(t)
+	near := newNear(t, Config{TTL: MaxTTL, MaxBytes: 1 << 20}, shared)
+	uri := uniqueURIs(t, 1)
+	shared.Fill(ctx, map[string]cache.Entry{uri[0]: {Value: []byte("v")}})
+	near.GetMulti(ctx, uri)
+	if _, ok := near.mem.GetIfPresent(uri[0]); ok {
+		t.Fatal("a key answered once by the shared cache was stored")
+	}
+	near.GetMulti(ctx, uri)
+	if _, ok := near.mem.GetIfPresent(uri[0]); !ok {
+		t.Fatal("a key answered twice by the shared cache was not stored")
+	}
+
+	other := uniqueURIs(t, 2)
+	if near.admit(other[0]) {
+		t.Fatal("a key never answered passed the doorkeeper")
+	}
+	period := uint64(doorBits / 4)
+	for i, start := 0, near.doorAdds.Load(); near.doorAdds.Load()/period == start/period; i++ {
+		near.admit(fmt.Sprintf("%s-%d", other[1], i)) // new keys until the doorkeeper clears
+	}
+	if near.admit(other[0]) {
+		t.Fatal("the doorkeeper still remembered a key after it should have been cleared")
 	}
 }
 
