@@ -18,16 +18,7 @@ import (
 func TestFloodOfNamesCannotStarveListedClient(t *testing.T) {
 	cfg := budget.DefaultConfig()
 	cfg.Clients["feed"] = budget.Budget{ItemsPerSecond: 1, Burst: 1, MaxInflightItems: 1}
-	q, err := queue.New(queue.Config{Capacity: 1, MaxWaiters: 4096, Target: time.Hour, Interval: time.Hour}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	hold, err := q.Acquire(ctx, queue.Request{Cost: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	q, ctx, cancel, hold := heldQueue(t)
 	type grant struct {
 		client  string
 		release func()
@@ -112,16 +103,7 @@ func TestUnlistedCallersGetEqualShares(t *testing.T) {
 	// Equal admission: 8 backlogged callers, capacity 1, grants decided
 	// only by the fair order (waits are an hour).
 	flows = unlistedFlows{}
-	q, err := queue.New(queue.Config{Capacity: 1, MaxWaiters: 4096, Target: time.Hour, Interval: time.Hour}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	hold, err := q.Acquire(ctx, queue.Request{Cost: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	q, ctx, cancel, hold := heldQueue(t)
 	type grant struct {
 		client  string
 		release func()
@@ -162,4 +144,23 @@ func TestUnlistedCallersGetEqualShares(t *testing.T) {
 			break
 		}
 	}
+}
+
+// heldQueue returns a fair queue of capacity 1 whose one slot is held
+// (release it with hold), with waits of an hour so that only releases
+// decide the grants, and a context that ends with cancel, the test or
+// 20 s, whichever is first.
+func heldQueue(t *testing.T) (q *queue.Queue, ctx context.Context, cancel context.CancelFunc, hold func()) {
+	t.Helper()
+	q, err := queue.New(queue.Config{Capacity: 1, MaxWaiters: 4096, Target: time.Hour, Interval: time.Hour}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	hold, err = q.Acquire(ctx, queue.Request{Cost: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return q, ctx, cancel, hold
 }
