@@ -27,6 +27,9 @@ func TestTracesThroughRealGRPCCall(t *testing.T) {
 		// timeout; a busy machine must not cut it short, or the warm read
 		// would miss.
 		c.Cache.Timeout = 10 * time.Second
+		// One handler call per RPC (no pieces), so one posts.Get span
+		// under each server span.
+		c.Guard.PieceItems = 1000
 	}, withAppOptions(WithTracerProvider(tp)))
 
 	uris := ts.uris(0, 250)

@@ -99,6 +99,9 @@ type registration struct {
 type method struct {
 	policy Policy
 	items  *itemField // nil when the request carries no items
+	// joinable: the request's items are a list and the answer is one
+	// list aligned with it, so the batch can be served in pieces.
+	joinable bool
 }
 
 // Option adjusts a Server.
@@ -235,7 +238,8 @@ func (s *Server) Register(desc *grpc.ServiceDesc, impl any) error {
 			return fmt.Errorf("guard: method %s is not in the registered proto descriptor", name)
 		}
 		m := &method{policy: p, items: findItemField(md.Input())}
-		if err := checkSplittable(name, p, m.items, md.Output()); err != nil {
+		m.joinable = joinable(m.items, md.Output())
+		if err := checkSplittable(name, p, m.joinable, md.Output()); err != nil {
 			return err
 		}
 		registered["/"+name] = m

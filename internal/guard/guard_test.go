@@ -49,6 +49,9 @@ func testConfig() guard.Config {
 	// The adaptive item limit never shrinks here, so tests of other rules
 	// do not depend on how busy the machine is; capacity_test.go tests it.
 	cfg.AdaptiveTolerance = 1e9
+	// Whole batches are admitted at once, so a batch holds its items
+	// until it is answered; pieces_test.go serves them in pieces.
+	cfg.PieceItems = 1000
 	return cfg
 }
 
@@ -78,6 +81,16 @@ type postRecords struct {
 	// deadlines, when set, receives how much deadline GetPostRecords had
 	// left when it started (an hour if none).
 	deadlines chan time.Duration
+
+	mu    sync.Mutex
+	sizes []int // the URIs of each GetPostRecords call, in the order they started
+}
+
+// started reports the sizes of the GetPostRecords calls so far.
+func (p *postRecords) started() []int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.sizes)
 }
 
 func newPostRecords() *postRecords {
@@ -90,6 +103,9 @@ func newPostRecords() *postRecords {
 
 func (p *postRecords) GetPostRecords(ctx context.Context, req *sluicev1.GetPostRecordsRequest) (*sluicev1.GetPostRecordsResponse, error) {
 	p.calls.Add(1)
+	p.mu.Lock()
+	p.sizes = append(p.sizes, len(req.GetUris()))
+	p.mu.Unlock()
 	select {
 	case p.entered <- struct{}{}:
 	default:

@@ -100,6 +100,9 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 		s.observer.Finished(ctx, r, status.Code(err), time.Since(start))
 		return resp, err
 	}
+	if m.joinable && len(items) > s.cfg.PieceItems {
+		return s.servePieces(ctx, r, m, req.(proto.Message), batch, handler)
+	}
 	ctx, cancel := context.WithTimeout(ctx, m.policy.Timeout)
 	defer cancel()
 	cost := int64(max(r.Items, 1))
@@ -127,6 +130,22 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 // the deadline against the expected service time, the client's budget,
 // then the process-wide request slots and item queue.
 func (s *Server) admit(ctx context.Context, fullMethod, client string, cost int64, batch bool) (release func(), reason string, err error) {
+	request, reason, err := s.admitRequest(ctx, fullMethod, client, cost)
+	if err != nil {
+		return nil, reason, err
+	}
+	items, reason, err := s.admitItems(ctx, fullMethod, client, cost, cost, batch, false)
+	if err != nil {
+		request()
+		return nil, reason, err
+	}
+	return func() { items(); request() }, "", nil
+}
+
+// admitRequest checks the deadline against the time requests of cost
+// items take now, charges cost to the client's budget, and takes one of
+// the process-wide request slots.
+func (s *Server) admitRequest(ctx context.Context, fullMethod, client string, cost int64) (release func(), reason string, err error) {
 	name := shortName(fullMethod)
 	deadline, _ := ctx.Deadline()
 	expected := s.service.expect(fullMethod, cost)
@@ -145,16 +164,30 @@ func (s *Server) admit(ctx context.Context, fullMethod, client string, cost int6
 		spent()
 		return nil, ReasonOverload, overloaded(name, fmt.Sprintf("all %d request slots stayed busy", s.cfg.MaxInflightRequests), s.cfg.QueueInterval)
 	}
+	return func() {
+		s.requests.Release(1)
+		spent()
+	}, "", nil
+}
+
+// admitItems waits in the fair queue for cost items of the process-wide
+// capacity, in client's flow; left is the items of the request still to
+// be served from here on, which must start in time to finish by the
+// deadline. continues marks a later piece of a request already started
+// (queue.Request.Continues).
+func (s *Server) admitItems(ctx context.Context, fullMethod, client string, cost, left int64, batch, continues bool) (release func(), reason string, err error) {
+	name := shortName(fullMethod)
+	deadline, _ := ctx.Deadline()
+	ctx, cancel := admissionContext(ctx)
+	defer cancel()
 	waitUntil, _ := ctx.Deadline()
-	startBy := deadline.Add(-s.service.startMargin(fullMethod, cost))
+	startBy := deadline.Add(-s.service.startMargin(fullMethod, left))
 	if waitUntil.Before(startBy) {
 		startBy = waitUntil
 	}
 	flow, weight := s.unlisted.flowOf(s.budgets.Config(), client, time.Now())
-	items, err := s.items.Acquire(ctx, queue.Request{Cost: cost, Batch: batch, StartBy: startBy, Flow: flow, Weight: weight})
+	items, err := s.items.Acquire(ctx, queue.Request{Cost: cost, Batch: batch, StartBy: startBy, Flow: flow, Weight: weight, Continues: continues})
 	if err != nil {
-		s.requests.Release(1)
-		spent()
 		if ctx.Err() != nil && !errors.Is(err, queue.ErrShed) {
 			return nil, ReasonDeadline, status.Errorf(codes.DeadlineExceeded, "%s: the deadline passed while waiting for capacity", name)
 		}
@@ -164,8 +197,6 @@ func (s *Server) admit(ctx context.Context, fullMethod, client string, cost int6
 	return func() {
 		s.inflightItems.Add(-cost)
 		items()
-		s.requests.Release(1)
-		spent()
 	}, "", nil
 }
 

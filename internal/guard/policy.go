@@ -60,9 +60,16 @@ type Config struct {
 	MaxInflightItems int64 `yaml:"max_inflight_items"`
 	// MinInflightItems is the lower bound of the adaptive item limit
 	// (package adaptive); equal to MaxInflightItems it fixes the limit.
-	// 0 means twice the largest method's max_items, within
-	// MaxInflightItems.
+	// 0 means four pieces (4 × PieceItems), within MaxInflightItems. A
+	// request larger than the limit in force, which only a batch that
+	// is not served in pieces can be, runs alone rather than never.
 	MinInflightItems int64 `yaml:"min_inflight_items"`
+	// PieceItems is the most items of one read batch admitted at once: a
+	// larger batch of a method whose answer is one list aligned with
+	// the request is charged to its caller's budget whole, then served
+	// in pieces of this many items, each waiting for its own items in
+	// the fair queue (pieces.go).
+	PieceItems int `yaml:"piece_items"`
 	// AdaptiveTolerance is how far above its no-load floor the mean
 	// service time may rise before the item limit shrinks.
 	AdaptiveTolerance float64 `yaml:"adaptive_tolerance"`
@@ -91,6 +98,13 @@ type Config struct {
 	MemoryConfig `yaml:",inline"`
 }
 
+// DefaultPieceItems is piece_items unless the config says otherwise: one
+// memcached GetMulti's worth of keys.
+const DefaultPieceItems = 100
+
+// minPieces is how many pieces the automatic min_inflight_items holds.
+const minPieces = 4
+
 // DefaultPolicy is the policy of a batch read or write method unless the
 // config file says otherwise.
 func DefaultPolicy() Policy {
@@ -103,6 +117,7 @@ func DefaultConfig() Config {
 	return Config{
 		Methods:             map[string]Policy{},
 		MaxInflightItems:    20_000,
+		PieceItems:          DefaultPieceItems,
 		AdaptiveTolerance:   adaptive.DefaultTolerance,
 		AdaptiveInterval:    adaptive.DefaultInterval,
 		MaxInflightRequests: 1_024,
@@ -126,6 +141,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxRecvMsgBytes < 1024 {
 		errs = append(errs, fmt.Errorf("guard: max_recv_msg_bytes must be at least 1024, got %d", c.MaxRecvMsgBytes))
+	}
+	if c.PieceItems < 1 || int64(c.PieceItems) > c.MaxInflightItems {
+		errs = append(errs, fmt.Errorf("guard: piece_items must be between 1 and max_inflight_items %d, got %d", c.MaxInflightItems, c.PieceItems))
 	}
 	if c.MinInflightItems < 0 || c.MinInflightItems > c.MaxInflightItems {
 		errs = append(errs, fmt.Errorf("guard: min_inflight_items must be between 0 (automatic) and max_inflight_items %d, got %d", c.MaxInflightItems, c.MinInflightItems))
@@ -167,6 +185,7 @@ func (c Config) Merge(override Config) Config {
 	}
 	out.MaxInflightItems = cmp.Or(override.MaxInflightItems, c.MaxInflightItems)
 	out.MinInflightItems = cmp.Or(override.MinInflightItems, c.MinInflightItems)
+	out.PieceItems = cmp.Or(override.PieceItems, c.PieceItems)
 	out.AdaptiveTolerance = cmp.Or(override.AdaptiveTolerance, c.AdaptiveTolerance)
 	out.AdaptiveInterval = cmp.Or(override.AdaptiveInterval, c.AdaptiveInterval)
 	out.MaxInflightRequests = cmp.Or(override.MaxInflightRequests, c.MaxInflightRequests)
@@ -187,11 +206,7 @@ func (c Config) queueConfig() queue.Config {
 func (c Config) adaptiveConfig() adaptive.Config {
 	lo := c.MinInflightItems
 	if lo == 0 {
-		largest := 1
-		for _, p := range c.Methods {
-			largest = max(largest, p.MaxItems)
-		}
-		lo = min(2*int64(largest), c.MaxInflightItems)
+		lo = min(minPieces*int64(max(c.PieceItems, 1)), c.MaxInflightItems)
 	}
 	return adaptive.Config{Min: lo, Max: c.MaxInflightItems, Tolerance: c.AdaptiveTolerance, Interval: c.AdaptiveInterval}
 }

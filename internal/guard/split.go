@@ -24,7 +24,7 @@ import (
 // Oversized batches. A batch over its method's max_items is refused with
 // InvalidArgument (OversizeRefuse), unless the method's policy names the
 // caller with OversizeSplit: then the guard serves it in pieces of at
-// most max_items, each admitted on its own as batch work — the caller's
+// most max_items and piece_items, each admitted on its own as batch work — the caller's
 // budget charged, its fair-queuing flow, the process-wide item capacity,
 // shed like any other batch — and joins the pieces' answers in request
 // order. Only a client that has a budget of its own in the admission
@@ -125,23 +125,24 @@ func (s *Server) maxItemsFor(m *method, client string) int {
 }
 
 // checkSplittable refuses, at Register, a split policy on a method whose
-// answer cannot be joined: the request must carry a list of items, and
-// the response must be one list aligned with it.
-func checkSplittable(name string, p Policy, in *itemField, out protoreflect.MessageDescriptor) error {
-	splits := false
+// answer cannot be joined.
+func checkSplittable(name string, p Policy, joins bool, out protoreflect.MessageDescriptor) error {
 	for _, o := range p.Oversize {
-		splits = splits || o.splits()
-	}
-	if !splits {
-		return nil
-	}
-	if in == nil || !in.field.IsList() {
-		return fmt.Errorf("guard: method %s: oversize split needs a request with a list of items", name)
-	}
-	if f := out.Fields(); f.Len() != 1 || !f.Get(0).IsList() {
-		return fmt.Errorf("guard: method %s: oversize split needs a response that is one list aligned with the request's items (%s is not)", name, out.FullName())
+		if o.splits() && !joins {
+			return fmt.Errorf("guard: method %s: oversize split needs a request with a list of items and a response that is one list aligned with them (%s is not)", name, out.FullName())
+		}
 	}
 	return nil
+}
+
+// joinable reports whether a batch of the method can be served in
+// pieces: the request carries a list of items, and the response is one
+// list aligned with it, so the pieces' answers concatenate into the
+// whole. Writes answer a count, so they are never served in pieces (a
+// partial write would be neither all nor nothing).
+func joinable(in *itemField, out protoreflect.MessageDescriptor) bool {
+	f := out.Fields()
+	return in != nil && in.field.IsList() && f.Len() == 1 && f.Get(0).IsList()
 }
 
 // serveSplit answers an oversized batch piece by piece (see the top of
@@ -149,7 +150,7 @@ func checkSplittable(name string, p Policy, in *itemField, out protoreflect.Mess
 func (s *Server) serveSplit(ctx context.Context, fullMethod, client string, m *method, o Oversize, req proto.Message, n int, handler grpc.UnaryHandler) (any, error) {
 	ctx, cancel := context.WithTimeout(ctx, cmp.Or(o.Timeout, m.policy.Timeout))
 	defer cancel()
-	size := m.policy.MaxItems
+	size := min(m.policy.MaxItems, s.cfg.PieceItems)
 	parts := make([][]byte, (n+size-1)/size)
 	var like proto.Message
 	var once sync.Once

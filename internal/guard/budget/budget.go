@@ -98,8 +98,12 @@ func (c Config) Flows() int {
 	return c.UnlistedFlows
 }
 
-// DefaultUnlistedFlows is UnlistedFlows unless the config says otherwise.
-const DefaultUnlistedFlows = 8
+// DefaultUnlistedFlows is UnlistedFlows unless the config says otherwise:
+// as many queues as Kubernetes' API Priority and Fairness gives a
+// priority level, so a fleet of a few dozen unnamed services rarely has
+// two callers on one flow (a light caller sharing a heavy one's flow
+// inherits its queue), while invented names still get at most 64 shares.
+const DefaultUnlistedFlows = 64
 
 // MaxUnlistedFlows bounds UnlistedFlows.
 const MaxUnlistedFlows = 1024

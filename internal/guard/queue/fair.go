@@ -201,7 +201,9 @@ func (f *fairState) startTag(fl *flow) float64 { return max(f.vtime, fl.finish) 
 // pick returns the waiter to serve: interactive before batch; among
 // those, the smallest start tag; among equal tags (as every tag is just
 // after the queue empties), the flow with the smaller lead (less recent
-// usage and work waiting); then the oldest, or the newest when lifo. waiters is in arrival order and not empty.
+// usage and work waiting); within a flow, a later piece of a started
+// request (Continues) before new requests; then the oldest, or the
+// newest when lifo. waiters is in arrival order and not empty.
 func (f *fairState) pick(waiters []*waiter, lifo bool, now time.Time) *waiter {
 	for _, wantBatch := range []bool{false, true} {
 		var best *waiter
@@ -216,7 +218,9 @@ func (f *fairState) pick(waiters []*waiter, lifo bool, now time.Time) *waiter {
 				continue
 			}
 			tag, lead := f.startTag(w.flow), f.lead(w.flow, 0, 0, now)
-			if best == nil || tag < bestTag || tag == bestTag && lead < bestLead {
+			tied := tag == bestTag && lead == bestLead
+			if best == nil || tag < bestTag || tag == bestTag && lead < bestLead ||
+				tied && w.flow == best.flow && w.req.Continues && !best.req.Continues {
 				best, bestTag, bestLead = w, tag, lead
 			}
 		}

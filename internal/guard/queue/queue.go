@@ -122,6 +122,12 @@ type Request struct {
 	Flow string
 	// Weight is the flow's share relative to other flows; 0 means 1.
 	Weight float64
+	// Continues marks a later piece of a request whose first piece was
+	// admitted: shedding it would waste the work already done, so it
+	// may wait up to its StartBy (Interval without one), is never held
+	// to Target nor shed for another's sake, and goes before the new
+	// requests of its flow. Shedding happens at a request's first piece.
+	Continues bool
 }
 
 // Stats is a snapshot of a Queue.
@@ -182,6 +188,15 @@ func (c Config) MaxWait(now, lastEmpty, startBy time.Time) time.Duration {
 		wait = min(wait, startBy.Sub(now))
 	}
 	return max(wait, 0)
+}
+
+// continuingWait is how long a Continues request arriving at now may
+// wait: until its StartBy, or Interval without one.
+func (c Config) continuingWait(now, startBy time.Time) time.Duration {
+	if startBy.IsZero() {
+		return c.Interval
+	}
+	return max(startBy.Sub(now), 0)
 }
 
 // flowSince is since when fl's queue has been non-empty, as the queue's
@@ -245,7 +260,7 @@ func (q *Queue) enter(r Request) (*waiter, error) {
 			return nil, nil
 		}
 	}
-	if r.Batch && len(q.waiters) > 0 {
+	if r.Batch && !r.Continues && len(q.waiters) > 0 {
 		return nil, q.refuse(fmt.Errorf("%w: batch work is not queued while %d requests wait", ErrShed, len(q.waiters)))
 	}
 	if len(q.waiters) >= q.cfg.MaxWaiters {
@@ -257,6 +272,9 @@ func (q *Queue) enter(r Request) (*waiter, error) {
 	}
 	fl := q.fair.join(r.Flow, r.Weight, now)
 	wait := q.cfg.MaxWait(now, q.flowSince(fl), r.StartBy)
+	if r.Continues {
+		wait = q.cfg.continuingWait(now, r.StartBy)
+	}
 	if wait <= 0 {
 		q.fair.leave(fl, now)
 		return nil, q.refuse(fmt.Errorf("%w: no capacity for %d items and no time left to wait", ErrShed, r.Cost))
@@ -311,12 +329,13 @@ func (q *Queue) spare(w *waiter, now time.Time) bool {
 	return true
 }
 
-// victim returns the oldest waiter of the flow with the largest lead, if
-// that lead is larger than lead and the flow is not fl; nil otherwise.
+// victim returns the oldest waiter, not a Continues one, of the flow
+// with the largest lead, if that lead is larger than lead and the flow is
+// not fl; nil otherwise.
 func (q *Queue) victim(fl *flow, lead float64, now time.Time) *waiter {
 	var worst *flow
 	for _, w := range q.waiters {
-		if w.flow == fl || w.flow == worst {
+		if w.flow == fl || w.flow == worst || w.req.Continues {
 			continue
 		}
 		if l := q.fair.lead(w.flow, 0, 0, now); l > lead {
@@ -324,7 +343,7 @@ func (q *Queue) victim(fl *flow, lead float64, now time.Time) *waiter {
 		}
 	}
 	for _, w := range q.waiters {
-		if w.flow == worst {
+		if w.flow == worst && !w.req.Continues {
 			return w
 		}
 	}
@@ -363,6 +382,9 @@ func (q *Queue) onStanding() {
 			continue // shed in place of an earlier one
 		}
 		waited := now.Sub(w.enqueued)
+		if w.req.Continues {
+			continue // it keeps its wait: shedding it would waste its request's work
+		}
 		if !w.req.Batch && !q.cfg.standing(now, q.flowSince(w.flow)) {
 			continue // its flow's own queue does not stand: it keeps its wait
 		}

@@ -731,3 +731,41 @@ func TestLockstepFlowsGetEqualAdmission(t *testing.T) {
 		}
 	}
 }
+
+// Tests a later piece of a started request (Continues): in a standing
+// queue it is neither held to M nor shed while a new request of its flow
+// is, it goes before that flow's new requests, and it still never waits
+// past its StartBy.
+func TestContinuingPieceKeepsItsWait(t *testing.T) {
+	h := newHarness(t, 10, 100)
+	hold := h.acquireNow(Request{Cost: 10, Flow: "bulk"})
+	out := make(chan result, 4)
+	startBy := h.clock.Now().Add(300 * time.Millisecond)
+	h.wait(h.ctx, 1, Request{Cost: 10, Flow: "bulk"}, out)
+	h.wait(h.ctx, 2, Request{Cost: 10, Flow: "bulk", Continues: true, StartBy: startBy}, out)
+	h.clock.Advance(100 * time.Millisecond) // standing: the new request is shed, the piece waits
+	if r := recv(t, out); r.id != 1 || !errors.Is(r.err, ErrShed) {
+		t.Fatalf("got waiter %d (%v), want the new request 1 shed when the queue stood", r.id, r.err)
+	}
+	h.wait(h.ctx, 3, Request{Cost: 10, Flow: "bulk"}, out) // newer, and newest first in a standing queue
+	h.clock.Advance(10 * time.Millisecond)                 // past M for both
+	if r := recv(t, out); r.id != 3 || !errors.Is(r.err, ErrShed) {
+		t.Fatalf("got waiter %d (%v), want the new request 3 shed at M", r.id, r.err)
+	}
+	h.wait(h.ctx, 4, Request{Cost: 10, Flow: "bulk"}, out)
+	hold()
+	r := recv(t, out)
+	if r.id != 2 || r.err != nil {
+		t.Fatalf("got waiter %d (%v), want the continuing piece 2 served before its flow's new request", r.id, r.err)
+	}
+	h.clock.Advance(5 * time.Millisecond)
+	if r4 := recv(t, out); r4.id != 4 || !errors.Is(r4.err, ErrShed) {
+		t.Fatalf("got waiter %d (%v), want the new request 4 shed at M", r4.id, r4.err)
+	}
+	h.wait(h.ctx, 5, Request{Cost: 10, Flow: "bulk", Continues: true, StartBy: startBy}, out)
+	h.clock.Advance(200 * time.Millisecond) // past its StartBy
+	if r5 := recv(t, out); r5.id != 5 || !errors.Is(r5.err, ErrShed) {
+		t.Fatalf("got waiter %d (%v), want the continuing piece 5 shed at its StartBy", r5.id, r5.err)
+	}
+	r.release()
+}
