@@ -100,6 +100,17 @@ func (f *fairState) idle(fl *flow, now time.Time) bool {
 	return fl.waiting == 0 && fl.finish <= f.vtime && fl.used(now) < 1
 }
 
+// underShare reports whether fl has used, of late, less than the mean
+// of the flows the queue knows, at their weights: a caller asking for
+// less than its share.
+func (f *fairState) underShare(fl *flow, now time.Time) bool {
+	total := 0.0
+	for _, other := range f.flows {
+		total += other.used(now) / other.weight
+	}
+	return len(f.flows) > 1 && fl.used(now)/fl.weight < total/float64(len(f.flows))
+}
+
 // leave counts one waiter fewer on fl, forgetting the flow once nothing
 // distinguishes it from a new one.
 func (f *fairState) leave(fl *flow, now time.Time) {

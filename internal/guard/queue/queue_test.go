@@ -769,3 +769,43 @@ func TestContinuingPieceKeepsItsWait(t *testing.T) {
 	}
 	r.release()
 }
+
+// Tests that a waiter of a flow that has used less than its share of
+// late is not shed in a standing queue when no flow over its share has a
+// waiter to shed in its place: it waits on for the next grant, which is
+// its, never past its StartBy.
+func TestUnderShareWaitsOnWithNoOneToShed(t *testing.T) {
+	h := newHarness(t, 10, 100)
+	for range 5 {
+		h.acquireNow(Request{Cost: 10, Flow: "bulk"})()
+	}
+	h.acquireNow(Request{Cost: 1, Flow: "feed"})()
+	hold := h.acquireNow(Request{Cost: 10, Flow: "bulk"})
+	out := make(chan result, 2)
+	startBy := h.clock.Now().Add(150 * time.Millisecond)
+	h.wait(h.ctx, 1, Request{Cost: 1, Flow: "feed", StartBy: startBy}, out)
+	h.wait(h.ctx, 2, Request{Cost: 10, Flow: "bulk"}, out)
+	h.clock.Advance(100 * time.Millisecond) // standing: bulk is shed in feed's favour
+	if r := recv(t, out); r.id != 2 || !errors.Is(r.err, ErrShed) {
+		t.Fatalf("got waiter %d (%v), want bulk's waiter 2 shed", r.id, r.err)
+	}
+	h.clock.Advance(20 * time.Millisecond) // feed is past M, with nobody to shed instead
+	select {
+	case r := <-out:
+		t.Fatalf("feed's waiter ended (%v) though its flow is under its share", r.err)
+	default:
+	}
+	hold()
+	r := recv(t, out)
+	if r.id != 1 || r.err != nil {
+		t.Fatalf("got waiter %d (%v), want feed's waiter served at the next grant", r.id, r.err)
+	}
+	r.release()
+	hold = h.acquireNow(Request{Cost: 10, Flow: "bulk"})
+	defer hold()
+	h.wait(h.ctx, 3, Request{Cost: 1, Flow: "feed", StartBy: startBy}, out)
+	h.clock.Advance(50 * time.Millisecond) // past its StartBy
+	if r := recv(t, out); r.id != 3 || !errors.Is(r.err, ErrShed) {
+		t.Fatalf("got waiter %d (%v), want feed's waiter 3 shed at its StartBy", r.id, r.err)
+	}
+}
