@@ -335,12 +335,13 @@ func (q *Queue) spare(w *waiter, now time.Time) bool {
 }
 
 // victim returns the oldest waiter, not a Continues one, of the flow
-// with the largest lead, if that lead is larger than lead and the flow is
-// not fl; nil otherwise.
+// with the largest lead, if that lead is larger than lead, the flow is
+// not fl and it has used at least its share of late (a flow under its
+// share is never shed for another's sake); nil otherwise.
 func (q *Queue) victim(fl *flow, lead float64, now time.Time) *waiter {
 	var worst *flow
 	for _, w := range q.waiters {
-		if w.flow == fl || w.flow == worst || w.req.Continues {
+		if w.flow == fl || w.flow == worst || w.req.Continues || q.fair.underShare(w.flow, now) {
 			continue
 		}
 		if l := q.fair.lead(w.flow, 0, 0, now); l > lead {

@@ -809,3 +809,33 @@ func TestUnderShareWaitsOnWithNoOneToShed(t *testing.T) {
 		t.Fatalf("got waiter %d (%v), want feed's waiter 3 shed at its StartBy", r.id, r.err)
 	}
 }
+
+// Tests that a flow under its share is never shed for another's sake:
+// when a lighter flow's wait is up, a flow with a larger lead but still
+// under the mean usage keeps its waiter.
+func TestUnderShareNotShedForALighterFlow(t *testing.T) {
+	h := newHarness(t, 10, 100)
+	for range 9 {
+		h.acquireNow(Request{Cost: 10, Flow: "bulk"})()
+	}
+	h.acquireNow(Request{Cost: 8, Flow: "feed"})()
+	h.acquireNow(Request{Cost: 1, Flow: "thread"})()
+	hold := h.acquireNow(Request{Cost: 10, Flow: "bulk"})
+	out := make(chan result, 2)
+	h.wait(h.ctx, 1, Request{Cost: 5, Flow: "feed"}, out)
+	h.wait(h.ctx, 2, Request{Cost: 1, Flow: "thread"}, out)
+	h.clock.Advance(100 * time.Millisecond) // both past N, nobody over its share waits
+	select {
+	case r := <-out:
+		t.Fatalf("waiter %d ended (%v); feed and thread are both under their share", r.id, r.err)
+	default:
+	}
+	hold()
+	for range 2 {
+		if r := recv(t, out); r.err != nil {
+			t.Errorf("waiter %d: %v, want served", r.id, r.err)
+		} else {
+			r.release()
+		}
+	}
+}
