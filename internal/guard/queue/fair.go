@@ -78,8 +78,11 @@ func (f *fairState) join(key string, weight float64, now time.Time) *flow {
 }
 
 // usageHalfLife is how fast a flow's record of the items it was
-// admitted fades.
-const usageHalfLife = time.Second
+// admitted fades: long enough to outlast the moments the queue empties,
+// short enough that callers arriving with a heavy load are over their
+// share within a few hundred milliseconds, before a steady light caller
+// is shed in their place.
+const usageHalfLife = 250 * time.Millisecond
 
 // used is fl's usage decayed to now.
 func (fl *flow) used(now time.Time) float64 {
