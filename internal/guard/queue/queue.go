@@ -309,10 +309,10 @@ func (q *Queue) expire(w *waiter) {
 // spare sheds, in place of w whose wait is up, the oldest waiter of the
 // flow furthest over its fair share, if that flow is further over it
 // than w's, and lets w wait up to Target more, never past its StartBy.
-// With no such waiter to shed, w still waits on if its flow has used
-// less than its share of late (fairState.underShare): it is first in
-// fair order for the next grant, and shedding it would make a light
-// caller pay for the heavy callers' load. It reports whether w waits on.
+// It reports whether it did. A waiter under its share with nobody to
+// shed in its place is shed on time all the same: letting it wait on to
+// its StartBy made sheds slow whenever many equal callers overload the
+// queue, since about half of them are below the mean at any moment.
 func (q *Queue) spare(w *waiter, now time.Time) bool {
 	left := q.cfg.Target
 	if !w.req.StartBy.IsZero() {
@@ -322,12 +322,10 @@ func (q *Queue) spare(w *waiter, now time.Time) bool {
 		return false
 	}
 	v := q.victim(w.flow, q.fair.lead(w.flow, 0, 0, now), now)
-	switch {
-	case v != nil:
-		q.drop(v, fmt.Errorf("%w: shed in favour of a caller under its fair share after waiting %v", ErrShed, now.Sub(v.enqueued)))
-	case !q.fair.underShare(w.flow, now):
+	if v == nil {
 		return false
 	}
+	q.drop(v, fmt.Errorf("%w: shed in favour of a caller under its fair share after waiting %v", ErrShed, now.Sub(v.enqueued)))
 	w.stop()
 	w.stop = q.clock.AfterFunc(left, func() { q.expire(w) })
 	q.grant()

@@ -770,49 +770,10 @@ func TestContinuingPieceKeepsItsWait(t *testing.T) {
 	r.release()
 }
 
-// Tests that a waiter of a flow that has used less than its share of
-// late is not shed in a standing queue when no flow over its share has a
-// waiter to shed in its place: it waits on for the next grant, which is
-// its, never past its StartBy.
-func TestUnderShareWaitsOnWithNoOneToShed(t *testing.T) {
-	h := newHarness(t, 10, 100)
-	for range 5 {
-		h.acquireNow(Request{Cost: 10, Flow: "bulk"})()
-	}
-	h.acquireNow(Request{Cost: 1, Flow: "feed"})()
-	hold := h.acquireNow(Request{Cost: 10, Flow: "bulk"})
-	out := make(chan result, 2)
-	startBy := h.clock.Now().Add(150 * time.Millisecond)
-	h.wait(h.ctx, 1, Request{Cost: 1, Flow: "feed", StartBy: startBy}, out)
-	h.wait(h.ctx, 2, Request{Cost: 10, Flow: "bulk"}, out)
-	h.clock.Advance(100 * time.Millisecond) // standing: bulk is shed in feed's favour
-	if r := recv(t, out); r.id != 2 || !errors.Is(r.err, ErrShed) {
-		t.Fatalf("got waiter %d (%v), want bulk's waiter 2 shed", r.id, r.err)
-	}
-	h.clock.Advance(20 * time.Millisecond) // feed is past M, with nobody to shed instead
-	select {
-	case r := <-out:
-		t.Fatalf("feed's waiter ended (%v) though its flow is under its share", r.err)
-	default:
-	}
-	hold()
-	r := recv(t, out)
-	if r.id != 1 || r.err != nil {
-		t.Fatalf("got waiter %d (%v), want feed's waiter served at the next grant", r.id, r.err)
-	}
-	r.release()
-	hold = h.acquireNow(Request{Cost: 10, Flow: "bulk"})
-	defer hold()
-	h.wait(h.ctx, 3, Request{Cost: 1, Flow: "feed", StartBy: startBy}, out)
-	h.clock.Advance(50 * time.Millisecond) // past its StartBy
-	if r := recv(t, out); r.id != 3 || !errors.Is(r.err, ErrShed) {
-		t.Fatalf("got waiter %d (%v), want feed's waiter 3 shed at its StartBy", r.id, r.err)
-	}
-}
-
 // Tests that a flow under its share is never shed for another's sake:
 // when a lighter flow's wait is up, a flow with a larger lead but still
-// under the mean usage keeps its waiter.
+// under the mean usage keeps its waiter, and the lighter flow's waiter is
+// shed on time.
 func TestUnderShareNotShedForALighterFlow(t *testing.T) {
 	h := newHarness(t, 10, 100)
 	for range 9 {
@@ -822,20 +783,22 @@ func TestUnderShareNotShedForALighterFlow(t *testing.T) {
 	h.acquireNow(Request{Cost: 1, Flow: "thread"})()
 	hold := h.acquireNow(Request{Cost: 10, Flow: "bulk"})
 	out := make(chan result, 2)
-	h.wait(h.ctx, 1, Request{Cost: 5, Flow: "feed"}, out)
 	h.wait(h.ctx, 2, Request{Cost: 1, Flow: "thread"}, out)
-	h.clock.Advance(100 * time.Millisecond) // both past N, nobody over its share waits
+	h.clock.Advance(50 * time.Millisecond)
+	h.wait(h.ctx, 1, Request{Cost: 5, Flow: "feed"}, out)
+	h.clock.Advance(50 * time.Millisecond) // thread's queue has stood for N; feed's has not
+	if r := recv(t, out); r.id != 2 || !errors.Is(r.err, ErrShed) {
+		t.Fatalf("got waiter %d (%v), want thread's waiter 2 shed on time, not feed's in its place", r.id, r.err)
+	}
 	select {
 	case r := <-out:
-		t.Fatalf("waiter %d ended (%v); feed and thread are both under their share", r.id, r.err)
+		t.Fatalf("feed's waiter ended (%v) though its flow is under its share", r.err)
 	default:
 	}
 	hold()
-	for range 2 {
-		if r := recv(t, out); r.err != nil {
-			t.Errorf("waiter %d: %v, want served", r.id, r.err)
-		} else {
-			r.release()
-		}
+	if r := recv(t, out); r.id != 1 || r.err != nil {
+		t.Fatalf("got waiter %d (%v), want feed's waiter served", r.id, r.err)
+	} else {
+		r.release()
 	}
 }
