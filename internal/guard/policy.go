@@ -29,7 +29,7 @@ type Policy struct {
 	Timeout time.Duration `yaml:"timeout"`
 	// Oversize says, by client name, what happens to that client's
 	// batches over MaxItems: refused (every caller's default) or split
-	// into pieces of MaxItems (see split.go).
+	// into pieces of MaxItems, at most PieceItems (see split.go).
 	Oversize map[string]Oversize `yaml:"oversize,omitempty"`
 }
 
