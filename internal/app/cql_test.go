@@ -1,6 +1,7 @@
 package app
 
 import (
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -157,6 +158,7 @@ func TestCQLOutageMidLoad(t *testing.T) {
 	})
 	misses := ts.uris(500, 1000)
 	timeout := getPolicy(t).Timeout
+	waitSteady(t, ts, hits[0], 60*time.Second)
 
 	before := runLoad(t, ts, hits, misses[:50], time.Second)
 	checkAllOK(t, "before the outage", before)
@@ -184,8 +186,12 @@ func TestCQLOutageMidLoad(t *testing.T) {
 		t.Fatalf("outage load ran %d cached and %d uncached batches, want both", hitOK, missUnavailable)
 	}
 
+	probe := []string{hits[0][:strings.LastIndex(hits[0], "/")+1] + "outage-probe"}
+	if _, err := ts.client.GetPostRecords(ts.ctx("recovery"), &sluicev1.GetPostRecordsRequest{Uris: probe}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("a URI never read before, during the outage: %v; want Unavailable, or waitSteady's probes do not reach the store", err)
+	}
 	proxy.Restore()
-	recovered := waitRecovery(t, ts, misses[100:150], 60*time.Second)
+	recovered := waitSteady(t, ts, hits[0], 60*time.Second)
 	t.Logf("recovered steadily %v after Cassandra was reachable again, without a restart", recovered.Round(time.Millisecond))
 	after := runLoad(t, ts, hits, misses[150:], time.Second)
 	checkAllOK(t, "after recovery", after)
@@ -242,19 +248,22 @@ func firstMsg(outs []outcome) string {
 	return ""
 }
 
-// waitRecovery asks for uris until the answers have succeeded without a
-// failure for one reconnect interval, and returns how long after it
-// started that run of successes began. Right after Cassandra is reachable
-// again the driver's pool is refilled one connection at a time, and a
-// query can still find it empty ("no hosts available in the pool") after
-// an earlier one succeeded (as warmThroughProxy notes of start-up); the
-// load after recovery must then find every answer served.
-func waitRecovery(t *testing.T, ts *testServer, uris []string, limit time.Duration) time.Duration {
+// waitSteady reads a URI no earlier read asked for (so the answer comes
+// from Cassandra, never the cache) until such reads have succeeded without
+// a failure for one reconnect interval, and returns how long after it
+// started that run of successes began. Through toxiproxy the driver's pool
+// is refilled one connection at a time, both a second or so after the
+// session opens and after the proxy is restored, and a query can find it
+// empty ("no hosts available in the pool") after an earlier one
+// succeeded; the strict loads of the test must start after that.
+func waitSteady(t *testing.T, ts *testServer, like string, limit time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
 	var firstOK time.Time // of the current run of successes
-	for {
-		_, err := ts.client.GetPostRecords(ts.ctx("recovery"), &sluicev1.GetPostRecordsRequest{Uris: uris})
+	prefix := like[:strings.LastIndex(like, "/")+1]
+	for i := 0; ; i++ {
+		probe := []string{fmt.Sprintf("%ssteady%d", prefix, i)}
+		_, err := ts.client.GetPostRecords(ts.ctx("recovery"), &sluicev1.GetPostRecordsRequest{Uris: probe})
 		switch {
 		case err != nil:
 			firstOK = time.Time{}
@@ -264,9 +273,9 @@ func waitRecovery(t *testing.T, ts *testServer, uris []string, limit time.Durati
 			return firstOK.Sub(start)
 		}
 		if time.Since(start) > limit {
-			t.Fatalf("no steady recovery %v after Cassandra came back: %v", limit, err)
+			t.Fatalf("no steady store reads %v after Cassandra was reachable: %v", limit, err)
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 
