@@ -103,15 +103,21 @@ func (f *fairState) idle(fl *flow, now time.Time) bool {
 	return fl.waiting == 0 && fl.finish <= f.vtime && fl.used(now) < 1
 }
 
-// underShare reports whether fl has used, of late, less than the mean
-// of the flows the queue knows, at their weights: a caller asking for
-// less than its share.
-func (f *fairState) underShare(fl *flow, now time.Time) bool {
+// meanUsage is the mean, over the flows the queue knows, of their recent
+// usage at their weights; ok is false with fewer than two flows, when no
+// flow can be under the others' share.
+func (f *fairState) meanUsage(now time.Time) (mean float64, ok bool) {
 	total := 0.0
-	for _, other := range f.flows {
-		total += other.used(now) / other.weight
+	for _, fl := range f.flows {
+		total += fl.used(now) / fl.weight
 	}
-	return len(f.flows) > 1 && fl.used(now)/fl.weight < total/float64(len(f.flows))
+	return total / float64(max(len(f.flows), 1)), len(f.flows) > 1
+}
+
+// underShare reports whether fl has used, of late, less than mean (from
+// meanUsage) at its weight: a caller asking for less than its share.
+func (fl *flow) underShare(mean float64, now time.Time) bool {
+	return fl.used(now)/fl.weight < mean
 }
 
 // leave counts one waiter fewer on fl, forgetting the flow once nothing

@@ -337,9 +337,10 @@ func (q *Queue) spare(w *waiter, now time.Time) bool {
 // not fl and it has used at least its share of late (a flow under its
 // share is never shed for another's sake); nil otherwise.
 func (q *Queue) victim(fl *flow, lead float64, now time.Time) *waiter {
+	mean, shares := q.fair.meanUsage(now) // once: victim runs per waiter in onStanding
 	var worst *flow
 	for _, w := range q.waiters {
-		if w.flow == fl || w.flow == worst || w.req.Continues || q.fair.underShare(w.flow, now) {
+		if w.flow == fl || w.flow == worst || w.req.Continues || shares && w.flow.underShare(mean, now) {
 			continue
 		}
 		if l := q.fair.lead(w.flow, 0, 0, now); l > lead {
