@@ -78,6 +78,10 @@ type postRecords struct {
 	entered chan struct{}
 	// clients receives the caller's name each time GetPostRecord runs.
 	clients chan string
+	// blockWrites, when set, holds PutPostRecords as block holds reads.
+	blockWrites chan struct{}
+	// failURI, when set, fails any GetPostRecords call that asks for it.
+	failURI string
 	// deadlines, when set, receives how much deadline GetPostRecords had
 	// left when it started (an hour if none).
 	deadlines chan time.Duration
@@ -128,6 +132,9 @@ func (p *postRecords) GetPostRecords(ctx context.Context, req *sluicev1.GetPostR
 		}
 	}
 	uris := req.GetUris()
+	if p.failURI != "" && slices.Contains(uris, p.failURI) {
+		return nil, status.Errorf(codes.Internal, "test store failed reading %s", p.failURI)
+	}
 	records := make([]*sluicev1.PostRecord, len(uris))
 	err := fanout.Each(ctx, len(uris), func(ctx context.Context, i int) error {
 		cur := p.active.Add(1)
@@ -166,8 +173,16 @@ func (p *postRecords) GetPostRecord(ctx context.Context, req *sluicev1.GetPostRe
 	return &sluicev1.PostRecord{Uri: req.GetUri()}, nil
 }
 
-func (p *postRecords) PutPostRecords(_ context.Context, req *sluicev1.PutPostRecordsRequest) (*sluicev1.PutPostRecordsResponse, error) {
+func (p *postRecords) PutPostRecords(ctx context.Context, req *sluicev1.PutPostRecordsRequest) (*sluicev1.PutPostRecordsResponse, error) {
 	p.calls.Add(1)
+	if p.blockWrites != nil {
+		p.entered <- struct{}{}
+		select {
+		case <-p.blockWrites:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	return &sluicev1.PutPostRecordsResponse{Written: uint32(len(req.GetRecords()))}, nil
 }
 
@@ -193,6 +208,12 @@ func (o *observer) Finished(_ context.Context, _ guard.Request, code codes.Code,
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.finished = append(o.finished, code)
+}
+
+func (o *observer) codes() []codes.Code {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return slices.Clone(o.finished)
 }
 
 func (o *observer) reasons() []string {

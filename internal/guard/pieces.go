@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"cmp"
 	"context"
 	"sync"
 	"sync/atomic"
@@ -58,8 +59,10 @@ func (s *Server) servePieces(ctx context.Context, r Request, m *method, req prot
 	}
 	defer release()
 	resp, served, reason, err := s.pieces(ctx, r, m, req, batch, handler)
-	if !served && reason != "" {
-		s.observer.Rejected(ctx, r, reason)
+	if !served {
+		// No piece reached the handler: refused before any work, if only
+		// because the deadline ended before the first piece could wait.
+		s.observer.Rejected(ctx, r, cmp.Or(reason, ReasonDeadline))
 		return nil, err
 	}
 	if err == nil {

@@ -1,11 +1,15 @@
 package guard_test
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
 
 	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
+	"github.com/sluice-dev/sluice/internal/guard"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Tests that a batch over piece_items is served in pieces: no handler
@@ -91,5 +95,144 @@ func TestWritesAreNotServedInPieces(t *testing.T) {
 	}
 	if resp.GetWritten() != 1000 || impl.calls.Load() != 1 {
 		t.Errorf("written %d in %d handler calls, want 1,000 in one", resp.GetWritten(), impl.calls.Load())
+	}
+}
+
+// waitIdle waits until only want items are in flight and nobody waits for
+// capacity, failing the test if that does not happen within 5 s.
+func waitIdle(t *testing.T, f *fixture, want int64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for f.srv.InflightItems() != want || f.srv.QueueStats().Waiting != 0 || f.srv.QueueStats().InUse != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("after the batch ended: %d items in flight, %+v in the queue; want %d in flight and nobody waiting", f.srv.InflightItems(), f.srv.QueueStats(), want)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// piecesConfig serves batches in pieces of 100 under a fixed limit of
+// 1,000 items in flight.
+func piecesConfig() guard.Config {
+	cfg := testConfig()
+	cfg.PieceItems = 100
+	cfg.MinInflightItems, cfg.MaxInflightItems = 1000, 1000
+	return cfg
+}
+
+// holdItems starts a write of n records that its handler holds until
+// impl.blockWrites is closed, and waits until it holds its n items; the
+// returned channel gives the write's outcome.
+func holdItems(t *testing.T, f *fixture, n int) <-chan error {
+	t.Helper()
+	records := make([]*sluicev1.PostRecord, n)
+	for i, u := range uris(n) {
+		records[i] = &sluicev1.PostRecord{Uri: "at://held/" + u}
+	}
+	held := make(chan error, 1)
+	go func() {
+		_, err := f.client.PutPostRecords(as(t, "writer").context(), &sluicev1.PutPostRecordsRequest{Records: records})
+		held <- err
+	}()
+	<-f.impl.entered
+	return held
+}
+
+// Tests that a piece whose handler fails fails the whole batch with the
+// handler's code, and that the other pieces' items go back.
+func TestFailedPieceFailsTheBatch(t *testing.T) {
+	obs := &observer{}
+	impl := newPostRecords()
+	impl.failURI = uris(1000)[550] // in the sixth piece
+	f := start(t, piecesConfig(), impl, guard.WithObserver(obs))
+
+	_, err := as(t, "bulk").get(f, 1000)
+	wantCode(t, err, codes.Internal)
+	waitIdle(t, f, 0)
+	if got := obs.codes(); !slices.Equal(got, []codes.Code{codes.Internal}) {
+		t.Errorf("observer saw the batch finish with %v, want [Internal]", got)
+	}
+}
+
+// Tests that a caller cancelling a batch part-way gives back its items,
+// its request slot and its place in the queue: with one request slot, the
+// next batch is served.
+func TestCancelledBatchGivesEverythingBack(t *testing.T) {
+	cfg := piecesConfig()
+	cfg.MaxInflightRequests = 1
+	impl := newPostRecords()
+	impl.block = make(chan struct{})
+	f := start(t, cfg, impl)
+
+	ctx, cancel := context.WithCancel(as(t, "bulk").context())
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.client.GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: uris(1000)})
+		done <- err
+	}()
+	for range 2 {
+		<-impl.entered
+	}
+	cancel()
+	wantCode(t, <-done, codes.Canceled)
+	waitIdle(t, f, 0)
+	close(impl.block)
+	if _, err := as(t, "bulk").get(f, 1000); err != nil {
+		t.Fatalf("the next batch after a cancelled one: %v", err)
+	}
+}
+
+// Tests that a batch whose first piece is shed is refused before any
+// work: the caller is told to retry (Unavailable), the observer counts a
+// refusal, and the handler never sees the batch.
+func TestFirstPieceShedRefusesTheBatch(t *testing.T) {
+	obs := &observer{}
+	impl := newPostRecords()
+	impl.blockWrites = make(chan struct{})
+	f := start(t, piecesConfig(), impl, guard.WithObserver(obs))
+	held := holdItems(t, f, 1000) // all of the capacity
+
+	_, err := as(t, "bulk").get(f, 1000)
+	wantCode(t, err, codes.Unavailable)
+	if got := obs.reasons(); !slices.Equal(got, []string{guard.ReasonOverload}) {
+		t.Errorf("observer refusals %v, want [%s]", got, guard.ReasonOverload)
+	}
+	if got := impl.calls.Load(); got != 1 {
+		t.Errorf("handlers called %d times, want once (the held write only)", got)
+	}
+	waitIdle(t, f, 1000)
+	close(impl.blockWrites)
+	if err := <-held; err != nil {
+		t.Fatalf("held write: %v", err)
+	}
+}
+
+// Tests that a batch whose later piece cannot start before the deadline
+// fails as a whole, and gives back the items of the piece already
+// served: nothing of it stays in flight or in the queue.
+func TestLaterPieceShedFailsTheBatch(t *testing.T) {
+	cfg := piecesConfig()
+	p := cfg.Methods[getMany]
+	p.Timeout = 500 * time.Millisecond
+	cfg.Methods[getMany] = p
+	impl := newPostRecords()
+	impl.blockWrites = make(chan struct{})
+	impl.block = make(chan struct{})
+	f := start(t, cfg, impl)
+	held := holdItems(t, f, 900)
+
+	// The batch's first piece takes the last 100 items; its second waits,
+	// as a continuation, until it can no longer start in time.
+	_, err := as(t, "bulk").get(f, 300)
+	if c := status.Code(err); c != codes.Unavailable && c != codes.DeadlineExceeded {
+		t.Fatalf("batch whose second piece never fit: %v, want Unavailable or DeadlineExceeded", err)
+	}
+	if got := impl.started(); !slices.Equal(got, []int{100}) {
+		t.Errorf("read handler calls by size %v, want one piece of 100", got)
+	}
+	waitIdle(t, f, 900)
+	close(impl.blockWrites)
+	if err := <-held; err != nil {
+		t.Fatalf("held write: %v", err)
 	}
 }

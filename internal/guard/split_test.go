@@ -1,6 +1,7 @@
 package guard_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -38,12 +39,17 @@ type metadataCtx struct {
 	client string
 }
 
-func (m *metadataCtx) get(f *fixture, n int) (*sluicev1.GetPostRecordsResponse, error) {
+// context is a 30 s context that names the client, if it has a name.
+func (m *metadataCtx) context() context.Context {
 	ctx := testContext(m.t, 30*time.Second)
 	if m.client != "" {
 		ctx = metadata.AppendToOutgoingContext(ctx, "x-client-id", m.client)
 	}
-	return f.client.GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: uris(n)}, grpc.MaxCallRecvMsgSize(64<<20))
+	return ctx
+}
+
+func (m *metadataCtx) get(f *fixture, n int) (*sluicev1.GetPostRecordsResponse, error) {
+	return f.client.GetPostRecords(m.context(), &sluicev1.GetPostRecordsRequest{Uris: uris(n)}, grpc.MaxCallRecvMsgSize(64<<20))
 }
 
 // Tests that a listed client's 20,000-URI batch is answered whole and in
