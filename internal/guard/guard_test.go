@@ -78,7 +78,8 @@ type postRecords struct {
 	entered chan struct{}
 	// clients receives the caller's name each time GetPostRecord runs.
 	clients chan string
-	// blockWrites, when set, holds PutPostRecords as block holds reads.
+	// blockWrites, when set, holds each PutPostRecords call until it
+	// receives from it (or it is closed) or the request's context ends.
 	blockWrites chan struct{}
 	// failURI, when set, fails any GetPostRecords call that asks for it.
 	failURI string
@@ -176,7 +177,6 @@ func (p *postRecords) GetPostRecord(ctx context.Context, req *sluicev1.GetPostRe
 func (p *postRecords) PutPostRecords(ctx context.Context, req *sluicev1.PutPostRecordsRequest) (*sluicev1.PutPostRecordsResponse, error) {
 	p.calls.Add(1)
 	if p.blockWrites != nil {
-		p.entered <- struct{}{}
 		select {
 		case <-p.blockWrites:
 		case <-ctx.Done():

@@ -65,9 +65,6 @@ func (s *Server) servePieces(ctx context.Context, r Request, m *method, req prot
 		s.observer.Rejected(ctx, r, cmp.Or(reason, ReasonDeadline))
 		return nil, err
 	}
-	if err == nil {
-		s.service.observe(r.Method, int64(r.Items), time.Since(start))
-	}
 	out, err := s.holdResponse(r.Method, r.Client, resp, deadlineToStatus(ctx, err))
 	s.observer.Finished(ctx, r, status.Code(err), time.Since(start))
 	return out, err
@@ -82,6 +79,7 @@ func (s *Server) pieces(ctx context.Context, r Request, m *method, req proto.Mes
 	var like proto.Message
 	var once sync.Once
 	var started atomic.Bool
+	var busy atomic.Int64 // nanoseconds in the handler, over all pieces
 	var refusal atomic.Value     // string
 	first := make(chan struct{}) // closed once the first piece is admitted
 	err = fanout.Each(fanout.WithLimit(ctx, pieceConcurrency), len(parts), func(ctx context.Context, i int) error {
@@ -109,6 +107,7 @@ func (s *Server) pieces(ctx context.Context, r Request, m *method, req proto.Mes
 			return err
 		}
 		took := time.Since(began)
+		busy.Add(int64(took))
 		s.service.observe(r.Method, int64(hi-lo), took)
 		s.observeCapacity(int64(hi-lo), took)
 		msg := out.(proto.Message)
@@ -120,5 +119,15 @@ func (s *Server) pieces(ctx context.Context, r Request, m *method, req proto.Mes
 	if err != nil {
 		return nil, started.Load(), why, deadlineToStatus(ctx, err)
 	}
+	s.service.observe(r.Method, int64(n), servingTime(time.Duration(busy.Load()), len(parts)))
 	return joinWire(like, parts), true, "", nil
+}
+
+// servingTime is how long a batch of parts pieces takes to serve when no
+// piece waits for capacity: its pieces' handler time, busy, spread over
+// the pieces worked on at once. Waits for capacity are left out, as they
+// are from a whole request's service time, or the estimate would grow
+// with the queue and refuse batches as hopeless that only had to wait.
+func servingTime(busy time.Duration, parts int) time.Duration {
+	return busy / time.Duration(min(parts, pieceConcurrency))
 }

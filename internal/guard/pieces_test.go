@@ -120,9 +120,9 @@ func piecesConfig() guard.Config {
 	return cfg
 }
 
-// holdItems starts a write of n records that its handler holds until
-// impl.blockWrites is closed, and waits until it holds its n items; the
-// returned channel gives the write's outcome.
+// holdItems starts a write of n records that its handler holds until it
+// receives from impl.blockWrites, and waits until it holds its n items;
+// the returned channel gives the write's outcome.
 func holdItems(t *testing.T, f *fixture, n int) <-chan error {
 	t.Helper()
 	records := make([]*sluicev1.PostRecord, n)
@@ -134,7 +134,9 @@ func holdItems(t *testing.T, f *fixture, n int) <-chan error {
 		_, err := f.client.PutPostRecords(as(t, "writer").context(), &sluicev1.PutPostRecordsRequest{Records: records})
 		held <- err
 	}()
-	<-f.impl.entered
+	for f.srv.QueueStats().InUse < int64(n) {
+		time.Sleep(time.Millisecond)
+	}
 	return held
 }
 
@@ -234,5 +236,41 @@ func TestLaterPieceShedFailsTheBatch(t *testing.T) {
 	close(impl.blockWrites)
 	if err := <-held; err != nil {
 		t.Fatalf("held write: %v", err)
+	}
+}
+
+// Tests that a pieced batch's service time, which the guard uses to
+// refuse requests that cannot finish before their deadline, leaves out
+// the time its pieces waited for capacity, as a whole request's does:
+// after batches that each waited 500 ms behind a held write, a batch
+// with 200 ms of deadline is still served, not refused as hopeless.
+func TestPieceWaitsAreNotServiceTime(t *testing.T) {
+	cfg := piecesConfig()
+	cfg.QueueTarget, cfg.QueueInterval = 5*time.Second, 5*time.Second // waits are never shed
+	impl := newPostRecords()
+	impl.blockWrites = make(chan struct{})
+	f := start(t, cfg, impl)
+
+	const wait = 500 * time.Millisecond
+	for round := range 8 { // the estimate's minimum samples
+		held := holdItems(t, f, 1000)
+		done := make(chan error, 1)
+		go func() { _, err := as(t, "bulk").get(f, 1000); done <- err }()
+		for f.srv.QueueStats().Waiting == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		time.Sleep(wait)
+		impl.blockWrites <- struct{}{}
+		if err := <-held; err != nil {
+			t.Fatalf("round %d: held write: %v", round, err)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("round %d: batch that waited %v: %v", round, wait, err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(as(t, "bulk").context(), 2*wait/5)
+	defer cancel()
+	if _, err := f.client.GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: uris(1000)}); err != nil {
+		t.Fatalf("a batch with %v of deadline, after batches that waited %v for capacity: %v", 2*wait/5, wait, err)
 	}
 }
