@@ -79,7 +79,7 @@ func (s *Server) pieces(ctx context.Context, r Request, m *method, req proto.Mes
 	var like proto.Message
 	var once sync.Once
 	var started atomic.Bool
-	var busy atomic.Int64 // nanoseconds in the handler, over all pieces
+	var began time.Time          // when the first piece was admitted
 	var refusal atomic.Value     // string
 	first := make(chan struct{}) // closed once the first piece is admitted
 	err = fanout.Each(fanout.WithLimit(ctx, pieceConcurrency), len(parts), func(ctx context.Context, i int) error {
@@ -97,17 +97,17 @@ func (s *Server) pieces(ctx context.Context, r Request, m *method, req proto.Mes
 			return err
 		}
 		if i == 0 {
+			began = time.Now()
 			close(first)
 		}
 		started.Store(true)
-		began := time.Now()
+		pieceBegan := time.Now()
 		out, err := handler(fanout.WithLimit(ctx, m.policy.Concurrency), m.items.slice(req, lo, hi))
 		release()
 		if err != nil {
 			return err
 		}
-		took := time.Since(began)
-		busy.Add(int64(took))
+		took := time.Since(pieceBegan)
 		s.service.observe(r.Method, int64(hi-lo), took)
 		s.observeCapacity(int64(hi-lo), took)
 		msg := out.(proto.Message)
@@ -119,15 +119,10 @@ func (s *Server) pieces(ctx context.Context, r Request, m *method, req proto.Mes
 	if err != nil {
 		return nil, started.Load(), why, deadlineToStatus(ctx, err)
 	}
-	s.service.observe(r.Method, int64(n), servingTime(time.Duration(busy.Load()), len(parts)))
+	// The batch's service time runs from its first piece's admission:
+	// the wait before it is left out, as it is from a whole request's, or
+	// a queue would make batches look hopeless; the later pieces' waits
+	// are part of serving in pieces, so they count.
+	s.service.observe(r.Method, int64(n), time.Since(began))
 	return joinWire(like, parts), true, "", nil
-}
-
-// servingTime is how long a batch of parts pieces takes to serve when no
-// piece waits for capacity: its pieces' handler time, busy, spread over
-// the pieces worked on at once. Waits for capacity are left out, as they
-// are from a whole request's service time, or the estimate would grow
-// with the queue and refuse batches as hopeless that only had to wait.
-func servingTime(busy time.Duration, parts int) time.Duration {
-	return busy / time.Duration(min(parts, pieceConcurrency))
 }

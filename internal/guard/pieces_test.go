@@ -2,6 +2,7 @@ package guard_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -98,17 +99,29 @@ func TestWritesAreNotServedInPieces(t *testing.T) {
 	}
 }
 
-// waitIdle waits until only want items are in flight and nobody waits for
-// capacity, failing the test if that does not happen within 5 s.
-func waitIdle(t *testing.T, f *fixture, want int64) {
+// waitFor waits until cond holds, failing the test with what it waited
+// for if that takes more than 5 s.
+func waitFor(t *testing.T, what func() string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for f.srv.InflightItems() != want || f.srv.QueueStats().Waiting != 0 || f.srv.QueueStats().InUse != want {
+	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("after the batch ended: %d items in flight, %+v in the queue; want %d in flight and nobody waiting", f.srv.InflightItems(), f.srv.QueueStats(), want)
+			t.Fatal(what())
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// waitIdle waits until only want items are in flight and nobody waits for
+// capacity.
+func waitIdle(t *testing.T, f *fixture, want int64) {
+	t.Helper()
+	waitFor(t, func() string {
+		return fmt.Sprintf("after the batch ended: %d items in flight, %+v in the queue; want %d in flight and nobody waiting", f.srv.InflightItems(), f.srv.QueueStats(), want)
+	}, func() bool {
+		q := f.srv.QueueStats()
+		return f.srv.InflightItems() == want && q.Waiting == 0 && q.InUse == want
+	})
 }
 
 // piecesConfig serves batches in pieces of 100 under a fixed limit of
@@ -134,9 +147,10 @@ func holdItems(t *testing.T, f *fixture, n int) <-chan error {
 		_, err := f.client.PutPostRecords(as(t, "writer").context(), &sluicev1.PutPostRecordsRequest{Records: records})
 		held <- err
 	}()
-	for f.srv.QueueStats().InUse < int64(n) {
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, func() string {
+		return fmt.Sprintf("a write of %d records was not admitted: %+v", n, f.srv.QueueStats())
+	},
+		func() bool { return f.srv.QueueStats().InUse >= int64(n) })
 	return held
 }
 
@@ -173,7 +187,11 @@ func TestCancelledBatchGivesEverythingBack(t *testing.T) {
 		done <- err
 	}()
 	for range 2 {
-		<-impl.entered
+		select {
+		case <-impl.entered:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the batch's first two pieces never reached the handler")
+		}
 	}
 	cancel()
 	wantCode(t, <-done, codes.Canceled)
@@ -199,8 +217,8 @@ func TestFirstPieceShedRefusesTheBatch(t *testing.T) {
 	if got := obs.reasons(); !slices.Equal(got, []string{guard.ReasonOverload}) {
 		t.Errorf("observer refusals %v, want [%s]", got, guard.ReasonOverload)
 	}
-	if got := impl.calls.Load(); got != 1 {
-		t.Errorf("handlers called %d times, want once (the held write only)", got)
+	if got := impl.started(); len(got) != 0 {
+		t.Errorf("the read handler saw pieces of %v, want none", got)
 	}
 	waitIdle(t, f, 1000)
 	close(impl.blockWrites)
@@ -243,7 +261,7 @@ func TestLaterPieceShedFailsTheBatch(t *testing.T) {
 // refuse requests that cannot finish before their deadline, leaves out
 // the time its pieces waited for capacity, as a whole request's does:
 // after batches that each waited 500 ms behind a held write, a batch
-// with 200 ms of deadline is still served, not refused as hopeless.
+// with 300 ms of deadline is still served, not refused as hopeless.
 func TestPieceWaitsAreNotServiceTime(t *testing.T) {
 	cfg := piecesConfig()
 	cfg.QueueTarget, cfg.QueueInterval = 5*time.Second, 5*time.Second // waits are never shed
@@ -256,9 +274,8 @@ func TestPieceWaitsAreNotServiceTime(t *testing.T) {
 		held := holdItems(t, f, 1000)
 		done := make(chan error, 1)
 		go func() { _, err := as(t, "bulk").get(f, 1000); done <- err }()
-		for f.srv.QueueStats().Waiting == 0 {
-			time.Sleep(time.Millisecond)
-		}
+		waitFor(t, func() string { return fmt.Sprintf("round %d: the batch never waited behind the held write", round) },
+			func() bool { return f.srv.QueueStats().Waiting > 0 })
 		time.Sleep(wait)
 		impl.blockWrites <- struct{}{}
 		if err := <-held; err != nil {
@@ -268,9 +285,9 @@ func TestPieceWaitsAreNotServiceTime(t *testing.T) {
 			t.Fatalf("round %d: batch that waited %v: %v", round, wait, err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(as(t, "bulk").context(), 2*wait/5)
+	ctx, cancel := context.WithTimeout(as(t, "bulk").context(), 3*wait/5)
 	defer cancel()
 	if _, err := f.client.GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: uris(1000)}); err != nil {
-		t.Fatalf("a batch with %v of deadline, after batches that waited %v for capacity: %v", 2*wait/5, wait, err)
+		t.Fatalf("a batch with %v of deadline, after batches that waited %v for capacity: %v", 3*wait/5, wait, err)
 	}
 }
