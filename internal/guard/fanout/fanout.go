@@ -34,7 +34,7 @@ func Limit(ctx context.Context) int {
 // Each calls fn(ctx, i) for every i in [0, n), running at most Limit(ctx)
 // calls at once. The first error cancels the context passed to the other
 // calls, stops scheduling new ones, and is returned once all running calls
-// have finished.
+// have finished. No call starts once the context has ended.
 //
 // When at most one call may run at a time (one task, or a limit of one)
 // the calls run in order on the caller's goroutine: the same outcome, with
@@ -53,7 +53,14 @@ func Each(ctx context.Context, n int, fn func(ctx context.Context, i int) error)
 		if gctx.Err() != nil {
 			break
 		}
-		g.Go(func() error { return fn(gctx, i) })
+		g.Go(func() error {
+			// The context may have ended while this call waited for a
+			// slot: a call failed, or the caller gave up.
+			if err := gctx.Err(); err != nil {
+				return err
+			}
+			return fn(gctx, i)
+		})
 	}
 	if err := g.Wait(); err != nil {
 		return err

@@ -85,6 +85,34 @@ func TestEachStopsOnError(t *testing.T) {
 	}
 }
 
+// Tests that a call waiting for a slot when another fails is never made:
+// call 0 fails once call 2 waits for the slot call 1 holds until the
+// context ends, so call 2 gets call 0's slot only after the cancellation.
+func TestEachCallsNothingAfterAnError(t *testing.T) {
+	boom := errors.New("boom")
+	for round := range 20 {
+		var third atomic.Bool
+		err := Each(WithLimit(context.Background(), 2), 3, func(ctx context.Context, i int) error {
+			switch i {
+			case 0:
+				time.Sleep(5 * time.Millisecond) // Each is then waiting to start call 2
+				return boom
+			case 1:
+				<-ctx.Done()
+			default:
+				third.Store(true)
+			}
+			return nil
+		})
+		if !errors.Is(err, boom) {
+			t.Fatalf("round %d: err = %v, want %v", round, err, boom)
+		}
+		if third.Load() {
+			t.Fatalf("round %d: call 2 ran after call 0 failed and cancelled the fan-out", round)
+		}
+	}
+}
+
 // Tests that a cancelled parent context is reported even when no task failed.
 func TestEachReportsCancellation(t *testing.T) {
 	ctx, cancel := context.WithCancel(WithLimit(context.Background(), 2))
