@@ -134,9 +134,9 @@ func piecesConfig() guard.Config {
 }
 
 // holdItems starts a write of n records that its handler holds until it
-// receives from impl.blockWrites, and waits until it holds its n items;
-// the returned channel gives the write's outcome.
-func holdItems(t *testing.T, f *fixture, n int) <-chan error {
+// receives from impl.blockWrites, and waits until it holds its n items.
+// The returned release lets the write finish and checks it succeeded.
+func holdItems(t *testing.T, f *fixture, n int) (release func()) {
 	t.Helper()
 	records := make([]*sluicev1.PostRecord, n)
 	for i, u := range uris(n) {
@@ -151,7 +151,17 @@ func holdItems(t *testing.T, f *fixture, n int) <-chan error {
 		return fmt.Sprintf("a write of %d records was not admitted: %+v", n, f.srv.QueueStats())
 	},
 		func() bool { return f.srv.QueueStats().InUse >= int64(n) })
-	return held
+	return func() {
+		t.Helper()
+		select {
+		case f.impl.blockWrites <- struct{}{}:
+		case err := <-held:
+			t.Fatalf("held write ended before it was let go: %v", err)
+		}
+		if err := <-held; err != nil {
+			t.Fatalf("held write: %v", err)
+		}
+	}
 }
 
 // Tests that a piece whose handler fails fails the whole batch with the
@@ -210,7 +220,7 @@ func TestFirstPieceShedRefusesTheBatch(t *testing.T) {
 	impl := newPostRecords()
 	impl.blockWrites = make(chan struct{})
 	f := start(t, piecesConfig(), impl, guard.WithObserver(obs))
-	held := holdItems(t, f, 1000) // all of the capacity
+	release := holdItems(t, f, 1000) // all of the capacity
 
 	_, err := as(t, "bulk").get(f, 1000)
 	wantCode(t, err, codes.Unavailable)
@@ -221,10 +231,7 @@ func TestFirstPieceShedRefusesTheBatch(t *testing.T) {
 		t.Errorf("the read handler saw pieces of %v, want none", got)
 	}
 	waitIdle(t, f, 1000)
-	close(impl.blockWrites)
-	if err := <-held; err != nil {
-		t.Fatalf("held write: %v", err)
-	}
+	release()
 }
 
 // Tests that a batch whose later piece cannot start before the deadline
@@ -239,7 +246,7 @@ func TestLaterPieceShedFailsTheBatch(t *testing.T) {
 	impl.blockWrites = make(chan struct{})
 	impl.block = make(chan struct{})
 	f := start(t, cfg, impl)
-	held := holdItems(t, f, 900)
+	release := holdItems(t, f, 900)
 
 	// The batch's first piece takes the last 100 items; its second waits,
 	// as a continuation, until it can no longer start in time.
@@ -251,10 +258,7 @@ func TestLaterPieceShedFailsTheBatch(t *testing.T) {
 		t.Errorf("read handler calls by size %v, want one piece of 100", got)
 	}
 	waitIdle(t, f, 900)
-	close(impl.blockWrites)
-	if err := <-held; err != nil {
-		t.Fatalf("held write: %v", err)
-	}
+	release()
 }
 
 // Tests that a pieced batch's service time, which the guard uses to
@@ -271,16 +275,13 @@ func TestPieceWaitsAreNotServiceTime(t *testing.T) {
 
 	const wait = 500 * time.Millisecond
 	for round := range 8 { // the estimate's minimum samples
-		held := holdItems(t, f, 1000)
+		release := holdItems(t, f, 1000)
 		done := make(chan error, 1)
 		go func() { _, err := as(t, "bulk").get(f, 1000); done <- err }()
 		waitFor(t, func() string { return fmt.Sprintf("round %d: the batch never waited behind the held write", round) },
 			func() bool { return f.srv.QueueStats().Waiting > 0 })
 		time.Sleep(wait)
-		impl.blockWrites <- struct{}{}
-		if err := <-held; err != nil {
-			t.Fatalf("round %d: held write: %v", round, err)
-		}
+		release()
 		if err := <-done; err != nil {
 			t.Fatalf("round %d: batch that waited %v: %v", round, wait, err)
 		}
