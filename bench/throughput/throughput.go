@@ -234,6 +234,16 @@ func StoreRead(ctx context.Context, st store.Store, concurrency, size, fanout in
 	})
 }
 
+// StoreBatchRead is StoreRead with each batch read in one call to the
+// store's GetMany (for the embedded store, one read transaction), as
+// sluice reads a request's misses.
+func StoreBatchRead(ctx context.Context, st store.BatchReader, concurrency, size int, duration time.Duration, b *Batches) Result {
+	return loop(ctx, "store read directly, one GetMany per batch", concurrency, size, duration, b, func(ctx context.Context, batch []string) (int, error) {
+		recs, err := st.GetMany(ctx, batch)
+		return len(recs), err
+	})
+}
+
 // WritePathResult is one mixed run: writers putting records while readers
 // read batches, against one server.
 type WritePathResult struct {

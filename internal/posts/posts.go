@@ -187,12 +187,13 @@ func (s *Service) read(ctx context.Context, uris []string) (map[string]Result, C
 	return results, count(results), nil
 }
 
-// loadAll reads misses from the store under the request's fan-out limit,
-// in a span. A failure other than the caller leaving is logged. Store
-// reads end a little before the request does (storeContext): a store that
-// hangs is then reported as unavailable while the caller is still waiting
-// for an answer, instead of the caller's deadline passing with no word of
-// why.
+// loadAll reads misses from the store, in a span: in one batch read when
+// the store has them (store.BatchReader), otherwise one coalesced read per
+// URI under the request's fan-out limit. A failure other than the caller
+// leaving is logged. Store reads end a little before the request does
+// (storeContext): a store that hangs is then reported as unavailable while
+// the caller is still waiting for an answer, instead of the caller's
+// deadline passing with no word of why.
 func (s *Service) loadAll(ctx context.Context, uris []string) ([]Result, error) {
 	if len(uris) == 0 {
 		return nil, nil
@@ -202,6 +203,35 @@ func (s *Service) loadAll(ctx context.Context, uris []string) ([]Result, error) 
 	reqCtx := ctx
 	ctx, cancel := storeContext(ctx)
 	defer cancel()
+	read := s.loadEach
+	if br, ok := s.store.(store.BatchReader); ok {
+		read = func(ctx context.Context, uris []string) ([]Result, int, error) { return loadBatch(ctx, br, uris) }
+	}
+	out, failed, err := read(ctx, uris)
+	if err != nil {
+		span.SetAttributes(attribute.Int("sluice.store.failed", failed))
+		span.SetStatus(otelcodes.Error, err.Error())
+		if errors.Is(err, context.DeadlineExceeded) && reqCtx.Err() == nil {
+			err = fmt.Errorf("%w: no answer before the request's deadline (%v)", store.ErrUnavailable, err)
+		}
+		if !isContextErr(err) || errors.Is(err, store.ErrUnavailable) {
+			s.opts.log.Error("store read failed", "component", "store", "kind", "read", "uris", len(uris), "failed", failed, "err", err)
+		}
+		return nil, fmt.Errorf("posts: read %d uris from the store: %w", len(uris), err)
+	}
+	found := 0
+	for _, r := range out {
+		if r.Found {
+			found++
+		}
+	}
+	span.SetAttributes(attribute.Int("sluice.store.found", found))
+	return out, nil
+}
+
+// loadEach reads each URI on its own, under the request's fan-out limit,
+// and reports how many reads failed and the first failure.
+func (s *Service) loadEach(ctx context.Context, uris []string) ([]Result, int, error) {
 	out := make([]Result, len(uris))
 	var failed atomic.Int64
 	var firstErr atomic.Pointer[error]
@@ -219,24 +249,29 @@ func (s *Service) loadAll(ctx context.Context, uris []string) ([]Result, error) 
 		if p := firstErr.Load(); p != nil {
 			err = *p
 		}
-		span.SetAttributes(attribute.Int64("sluice.store.failed", failed.Load()))
-		span.SetStatus(otelcodes.Error, err.Error())
-		if errors.Is(err, context.DeadlineExceeded) && reqCtx.Err() == nil {
-			err = fmt.Errorf("%w: no answer before the request's deadline (%v)", store.ErrUnavailable, err)
-		}
-		if !isContextErr(err) || errors.Is(err, store.ErrUnavailable) {
-			s.opts.log.Error("store read failed", "component", "store", "kind", "read", "uris", len(uris), "failed", failed.Load(), "err", err)
-		}
-		return nil, fmt.Errorf("posts: read %d uris from the store: %w", len(uris), err)
+		return nil, int(failed.Load()), err
 	}
-	found := 0
-	for _, r := range out {
-		if r.Found {
-			found++
+	return out, 0, nil
+}
+
+// loadBatch reads every URI in one batch read. Batch reads are not
+// coalesced across requests: the embedded store, the backend that has
+// them, answers a duplicate read from memory for less than coalescing
+// would cost.
+func loadBatch(ctx context.Context, br store.BatchReader, uris []string) ([]Result, int, error) {
+	recs, err := br.GetMany(ctx, uris)
+	if err != nil {
+		return nil, len(uris), err
+	}
+	out := make([]Result, len(uris))
+	for i, uri := range uris {
+		if r, ok := recs[uri]; ok {
+			out[i] = Result{Record: r, Found: true}
+		} else {
+			out[i] = Result{Record: store.Record{URI: uri}}
 		}
 	}
-	span.SetAttributes(attribute.Int("sluice.store.found", found))
-	return out, nil
+	return out, 0, nil
 }
 
 // storeContext ends a fifth of the time left before ctx's deadline, and

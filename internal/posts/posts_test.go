@@ -177,3 +177,77 @@ type failingStore struct{ store.Store }
 func (failingStore) Get(context.Context, string) (store.Record, error) {
 	return store.Record{}, store.ErrUnavailable
 }
+
+// batchStore wraps the real embedded store, which reads in batches, and
+// records what the service asked of it.
+type batchStore struct {
+	*boltstore.Store
+	gets    atomic.Int64
+	batches [][]string
+	fail    bool
+}
+
+func (b *batchStore) Get(ctx context.Context, uri string) (store.Record, error) {
+	b.gets.Add(1)
+	return b.Store.Get(ctx, uri)
+}
+
+func (b *batchStore) GetMany(ctx context.Context, uris []string) (map[string]store.Record, error) {
+	b.batches = append(b.batches, uris)
+	if b.fail {
+		return nil, store.ErrUnavailable
+	}
+	return b.Store.GetMany(ctx, uris)
+}
+
+// newBatchService is newService over a store that reads in batches.
+func newBatchService(t *testing.T, n int) (*Service, *batchStore, []store.Record) {
+	t.Helper()
+	svc, gs, recs := newService(t, n)
+	bs := &batchStore{Store: gs.Store.(*boltstore.Store)}
+	svc.store = bs
+	return svc, bs, recs
+}
+
+// Tests that with a store that reads in batches, a request's misses are
+// read in one call, each unique URI once, and answered in order.
+func TestMissesAreReadInOneBatch(t *testing.T) {
+	svc, bs, recs := newBatchService(t, 4)
+	ctx := testCtx(t, 4)
+	if _, _, err := svc.Get(ctx, []string{recs[0].URI, recs[1].URI}); err != nil { // warm two
+		t.Fatal(err)
+	}
+	bs.batches = nil
+	missing := "at://did:plc:aaaaaaaaaaaaaaaaaaaaaaaa/app.bsky.feed.post/3kmissing"
+	uris := []string{recs[0].URI, recs[2].URI, missing, recs[3].URI, recs[2].URI, recs[1].URI}
+	res, _, err := svc.Get(ctx, uris)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(bs.batches) != 1 || len(bs.batches[0]) != 3 {
+		t.Fatalf("store batch reads = %q, want one of the 3 unique misses", bs.batches)
+	}
+	if n := bs.gets.Load(); n != 0 {
+		t.Errorf("%d point reads, want 0 when the store reads in batches", n)
+	}
+	for i, uri := range uris {
+		wantFound := uri != missing
+		if res[i].Record.URI != uri || res[i].Found != wantFound {
+			t.Errorf("result %d = %s found=%v, want %s found=%v", i, res[i].Record.URI, res[i].Found, uri, wantFound)
+		}
+	}
+	if !bytes.Equal(res[1].Record.JSON, recs[2].JSON) {
+		t.Errorf("result 1 JSON = %s, want %s", res[1].Record.JSON, recs[2].JSON)
+	}
+}
+
+// Tests that a failed batch read fails the whole request, as a failed
+// point read does.
+func TestFailedBatchReadFailsTheRequest(t *testing.T) {
+	svc, bs, recs := newBatchService(t, 2)
+	bs.fail = true
+	_, _, err := svc.Get(testCtx(t, 4), []string{recs[0].URI, recs[1].URI})
+	if !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("err = %v, want store.ErrUnavailable", err)
+	}
+}

@@ -92,6 +92,17 @@ type Store interface {
 	Close() error
 }
 
+// BatchReader is implemented by a backend that reads many records at once
+// more cheaply than one at a time: the embedded store reads them all in one
+// read transaction, so they are also one consistent view.
+type BatchReader interface {
+	// GetMany returns the records stored under uris, keyed by URI; a URI
+	// with no record is absent from the map, and a URI given twice is read
+	// once. Like Get, it returns ctx.Err(), wrapped, when ctx is already
+	// done, and the records are the caller's.
+	GetMany(ctx context.Context, uris []string) (map[string]Record, error)
+}
+
 // Check reports why r cannot be stored by a backend whose limits are
 // maxURI bytes of URI and maxJSON bytes of record, wrapping ErrInvalid:
 // an empty or too long URI, too much JSON, JSON that does not parse, or

@@ -21,8 +21,20 @@ type Store struct {
 
 var _ store.Store = (*Store)(nil)
 
-// InstrumentStore returns s with metrics.
-func (t *Telemetry) InstrumentStore(s store.Store) (*Store, error) {
+// InstrumentStore returns s with metrics. When s reads in batches
+// (store.BatchReader), so does the store it returns.
+func (t *Telemetry) InstrumentStore(s store.Store) (store.Store, error) {
+	w, err := t.instrumentStore(s)
+	if err != nil {
+		return nil, err
+	}
+	if br, ok := s.(store.BatchReader); ok {
+		return &BatchStore{Store: w, batch: br}, nil
+	}
+	return w, nil
+}
+
+func (t *Telemetry) instrumentStore(s store.Store) (*Store, error) {
 	m := t.meter
 	w := &Store{Store: s}
 	var err error
@@ -35,7 +47,7 @@ func (t *Telemetry) InstrumentStore(s store.Store) (*Store, error) {
 		return nil, err
 	}
 	if w.duration, err = m.Float64Histogram("sluice.store.read.duration", metric.WithUnit("s"),
-		metric.WithDescription("Store point-read latency."),
+		metric.WithDescription("Store read latency: one point read, or one batch read of a request's cache misses."),
 		metric.WithExplicitBucketBoundaries(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)); err != nil {
 		return nil, err
 	}
@@ -56,6 +68,37 @@ func (s *Store) Get(ctx context.Context, uri string) (store.Record, error) {
 	}
 	s.reads.Add(ctx, 1, metric.WithAttributes(attribute.String("result", result)))
 	return rec, err
+}
+
+// BatchStore is a Store whose backend reads in batches.
+type BatchStore struct {
+	*Store
+	batch store.BatchReader
+}
+
+var _ store.BatchReader = (*BatchStore)(nil)
+
+// GetMany implements store.BatchReader. Reads are counted per URI asked
+// for, as Get counts them; the latency is the batch's.
+func (s *BatchStore) GetMany(ctx context.Context, uris []string) (map[string]store.Record, error) {
+	start := time.Now()
+	recs, err := s.batch.GetMany(ctx, uris)
+	s.duration.Record(ctx, time.Since(start).Seconds())
+	if err != nil {
+		s.reads.Add(ctx, int64(len(uris)), metric.WithAttributes(attribute.String("result", "error")))
+		return nil, err
+	}
+	found := 0
+	for _, uri := range uris {
+		if _, ok := recs[uri]; ok {
+			found++
+		}
+	}
+	s.reads.Add(ctx, int64(found), metric.WithAttributes(attribute.String("result", "found")))
+	if missing := len(uris) - found; missing > 0 {
+		s.reads.Add(ctx, int64(missing), metric.WithAttributes(attribute.String("result", "not_found")))
+	}
+	return recs, nil
 }
 
 // Put implements store.Store.

@@ -118,8 +118,9 @@ type Store struct {
 }
 
 var (
-	_ store.Store   = (*Store)(nil)
-	_ store.Journal = (*Store)(nil)
+	_ store.Store       = (*Store)(nil)
+	_ store.Journal     = (*Store)(nil)
+	_ store.BatchReader = (*Store)(nil)
 )
 
 // Open opens the store in the file at path, creating the file and its parent
@@ -238,6 +239,43 @@ func (s *Store) get(ctx context.Context, uri string) (store.Record, error) {
 	}
 	r.URI = uri
 	return r, nil
+}
+
+// GetMany implements store.BatchReader: it reads every URI in one read
+// transaction. Each record's JSON is a copy the caller owns.
+func (s *Store) GetMany(ctx context.Context, uris []string) (map[string]store.Record, error) {
+	out, err := s.getMany(ctx, uris)
+	if err != nil {
+		return nil, fmt.Errorf("boltstore: get %d records: %w", len(uris), err)
+	}
+	return out, nil
+}
+
+func (s *Store) getMany(ctx context.Context, uris []string) (map[string]store.Record, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	out := make(map[string]store.Record, len(uris))
+	err := s.view(func(tx *bolt.Tx) error {
+		b := tx.Bucket(recordsBucket)
+		for _, uri := range uris {
+			v := b.Get([]byte(uri))
+			if v == nil {
+				continue
+			}
+			r, err := decodeValue(bytes.Clone(v))
+			if err != nil {
+				return fmt.Errorf("%s: %w", short(uri), err)
+			}
+			r.URI = uri
+			out[uri] = r
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // Put validates every record, then writes all of them in one transaction,

@@ -55,6 +55,7 @@ func Run(t *testing.T, open func(t *testing.T) store.Store) {
 		{"CancelledContext", testCancelledContext},
 		{"Concurrent", testConcurrent},
 		{"ModerationState", testModerationState},
+		{"GetMany", testGetMany},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -385,5 +386,55 @@ func testModerationState(ctx context.Context, t *testing.T, s store.Store) {
 	bad.Tags, bad.TakedownRef = nil, string(make([]byte, store.MaxTakedownRefBytes+1))
 	if err := s.Put(ctx, []store.Record{bad}); !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("Put with an over-long takedown_ref = %v, want ErrInvalid", err)
+	}
+}
+
+// Tests that a backend that reads in batches (store.BatchReader) returns
+// what Get would for every URI: found records whole, missing and
+// duplicate URIs handled, JSON the caller owns, the context's error once
+// it is cancelled. A backend without batch reads skips nothing: the test
+// checks only that it does not claim them.
+func testGetMany(ctx context.Context, t *testing.T, s store.Store) {
+	br, ok := s.(store.BatchReader)
+	if !ok {
+		return
+	}
+	moderated := record(2, 1)
+	moderated.TakedownRef, moderated.Tags = "mod-action:7", []string{"hide"}
+	moderated.Gates = store.Gates{HasPostGate: true, ViolatesThreadGate: true}
+	recs := append(collections(), moderated)
+	mustPut(ctx, t, s, recs...)
+	missing := record(99, 1).URI
+	uris := []string{missing}
+	for _, r := range recs {
+		uris = append(uris, r.URI, r.URI)
+	}
+	got, err := br.GetMany(ctx, uris)
+	if err != nil {
+		t.Fatalf("GetMany(%d URIs): %v", len(uris), err)
+	}
+	if len(got) != len(recs) {
+		t.Errorf("GetMany returned %d records, want %d (one per stored URI)", len(got), len(recs))
+	}
+	if r, ok := got[missing]; ok {
+		t.Errorf("GetMany returned %+v for a URI never stored", r)
+	}
+	for _, want := range recs {
+		r, ok := got[want.URI]
+		if !ok {
+			t.Fatalf("GetMany did not return %s", want.URI)
+		}
+		if d := diff(want, r); d != "" {
+			t.Fatalf("GetMany %s: %s", want.URI, d)
+		}
+		for i := range r.JSON {
+			r.JSON[i] = 'X'
+		}
+	}
+	wantRecord(ctx, t, s, recs[0])
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := br.GetMany(done, uris); !errors.Is(err, context.Canceled) {
+		t.Errorf("GetMany(cancelled) error = %v, want context.Canceled", err)
 	}
 }
