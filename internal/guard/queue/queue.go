@@ -215,8 +215,12 @@ func (c Config) standing(now, lastEmpty time.Time) bool { return now.Sub(lastEmp
 
 // Acquire admits r, waiting as the rule allows. On success the caller
 // must call the returned release exactly once when the work is done.
-// Errors wrap ErrShed or ErrTooLarge, or are ctx's error.
+// Errors wrap ErrShed or ErrTooLarge, or are ctx's error; a request whose
+// ctx has already ended is never admitted, even with capacity free.
 func (q *Queue) Acquire(ctx context.Context, r Request) (release func(), err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	if r.Cost > q.cfg.Capacity {
 		return nil, fmt.Errorf("%w: %d items needed, capacity %d", ErrTooLarge, r.Cost, q.cfg.Capacity)
 	}

@@ -350,6 +350,23 @@ func TestBoundsAndCancel(t *testing.T) {
 	}
 }
 
+// Tests that a request whose context has ended is refused with the
+// context's error even when capacity is free, and takes none of it.
+func TestEndedContextIsNotAdmitted(t *testing.T) {
+	h := newHarness(t, 10, 2)
+	done, cancel := context.WithCancel(h.ctx)
+	cancel()
+	if release, err := h.q.Acquire(done, Request{Cost: 1}); !errors.Is(err, context.Canceled) {
+		if release != nil {
+			release()
+		}
+		t.Errorf("Acquire with an ended context: %v, want context.Canceled", err)
+	}
+	if s := h.q.Stats(); s.InUse != 0 || s.Waiting != 0 {
+		t.Errorf("stats %+v, want nothing in use or waiting", s)
+	}
+}
+
 // Tests the real clock end to end: a waiter is granted when capacity
 // frees up, and release is idempotent.
 func TestSystemClock(t *testing.T) {
