@@ -163,7 +163,7 @@ func (a *App) build() error {
 		return err
 	}
 	guardOpts = append(guardOpts, guard.WithObserver(requests),
-		guard.WithGRPCOptions(grpc.StatsHandler(telemetry.ServerStatsHandler(tp))))
+		guard.WithGRPCOptions(telemetry.ServerOptions(tp)...))
 	if a.Guard, err = guard.New(a.cfg.Guard, guardOpts...); err != nil {
 		return err
 	}

@@ -164,6 +164,9 @@ func (c *Cache) GetMulti(ctx context.Context, uris []string) map[string]Entry {
 // slow or flapping memcached held reads that had their answer already
 // (the fault tests saw 2s deadlines pass queued behind refills).
 func (c *Cache) Fill(ctx context.Context, entries map[string]Entry) {
+	if len(entries) == 0 {
+		return
+	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
 	items := make([]*memcache.Item, 0, len(entries))
@@ -358,6 +361,23 @@ func (c *Cache) chunks(byKey map[string]string) []chunk {
 	return out
 }
 
+// getKeys is one memcached get of keys. A single key goes through
+// gomemcache's Get, which runs on the caller's goroutine; GetMulti starts
+// a goroutine per server and gathers their answers over a channel.
+func getKeys(mc *memcache.Client, keys []string) (map[string]*memcache.Item, error) {
+	if len(keys) != 1 {
+		return mc.GetMulti(keys)
+	}
+	it, err := mc.Get(keys[0])
+	switch {
+	case errors.Is(err, memcache.ErrCacheMiss):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	return map[string]*memcache.Item{it.Key: it}, nil
+}
+
 // get runs the chunk's get in a span and counts hits and misses. It
 // returns nil when the call failed or was not made.
 func (ch chunk) get(ctx context.Context, tracer trace.Tracer) map[string]*memcache.Item {
@@ -367,7 +387,7 @@ func (ch chunk) get(ctx context.Context, tracer trace.Tracer) map[string]*memcac
 	var items map[string]*memcache.Item
 	err := ch.srv.do(ctx, func(mc *memcache.Client) error {
 		var err error
-		items, err = mc.GetMulti(ch.keys)
+		items, err = getKeys(mc, ch.keys)
 		return err
 	})
 	if err != nil {

@@ -158,9 +158,7 @@ func (s *Server) admitRequest(ctx context.Context, fullMethod, client string, co
 	if refusal != nil {
 		return nil, ReasonQuota, overBudget(name, refusal, max(refusal.RetryAfter, expected, minRetryDelay))
 	}
-	ctx, cancel := admissionContext(ctx)
-	defer cancel()
-	if err := s.requests.Acquire(ctx, 1); err != nil {
+	if err := s.acquireRequestSlot(ctx); err != nil {
 		spent()
 		return nil, ReasonOverload, overloaded(name, fmt.Sprintf("all %d request slots stayed busy", s.cfg.MaxInflightRequests), s.cfg.QueueInterval)
 	}
@@ -168,6 +166,18 @@ func (s *Server) admitRequest(ctx context.Context, fullMethod, client string, co
 		s.requests.Release(1)
 		spent()
 	}, "", nil
+}
+
+// acquireRequestSlot takes one of the process-wide request slots, waiting
+// for one until the admission deadline (admissionContext) only when none
+// is free.
+func (s *Server) acquireRequestSlot(ctx context.Context) error {
+	if s.requests.TryAcquire(1) {
+		return nil
+	}
+	ctx, cancel := admissionContext(ctx)
+	defer cancel()
+	return s.requests.Acquire(ctx, 1)
 }
 
 // admitItems waits in the fair queue for cost items of the process-wide
@@ -178,11 +188,8 @@ func (s *Server) admitRequest(ctx context.Context, fullMethod, client string, co
 func (s *Server) admitItems(ctx context.Context, fullMethod, client string, cost, left int64, batch, continues bool) (release func(), reason string, err error) {
 	name := shortName(fullMethod)
 	deadline, _ := ctx.Deadline()
-	ctx, cancel := admissionContext(ctx)
-	defer cancel()
-	waitUntil, _ := ctx.Deadline()
 	startBy := deadline.Add(-s.service.startMargin(fullMethod, left))
-	if waitUntil.Before(startBy) {
+	if waitUntil := admissionDeadline(deadline); waitUntil.Before(startBy) {
 		startBy = waitUntil
 	}
 	flow, weight := s.unlisted.flowOf(s.budgets.Config(), client, time.Now())
@@ -210,8 +217,14 @@ func admissionContext(ctx context.Context) (context.Context, context.CancelFunc)
 	if !ok {
 		return context.WithCancel(ctx)
 	}
+	return context.WithDeadline(ctx, admissionDeadline(deadline))
+}
+
+// admissionDeadline is when the wait for capacity ends for a request
+// whose deadline is deadline (see admissionContext).
+func admissionDeadline(deadline time.Time) time.Time {
 	margin := min(time.Until(deadline)/5, 100*time.Millisecond)
-	return context.WithDeadline(ctx, deadline.Add(-margin))
+	return deadline.Add(-margin)
 }
 
 // minRetryDelay is the shortest wait a refusal advises.

@@ -178,6 +178,9 @@ func (s *Service) read(ctx context.Context, uris []string) (map[string]Result, C
 		span.SetStatus(otelcodes.Error, err.Error())
 		return nil, Counts{}, err
 	}
+	if len(misses) == 0 {
+		return results, count(results), nil
+	}
 	fills := make(map[string]cache.Entry, len(loaded))
 	for i, uri := range misses {
 		results[uri] = loaded[i]

@@ -14,7 +14,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	nooptrace "go.opentelemetry.io/otel/trace/noop"
-	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc"
 )
 
 // DefaultTraceSampleRatio is the share of new traces sampled unless the
@@ -66,13 +66,18 @@ func NewTracerProvider(ratio float64, opts ...sdktrace.TracerProviderOption) *sd
 // Shutdown flushes buffered spans and stops the exporter.
 func (t *Tracing) Shutdown(ctx context.Context) error { return t.shutdown(ctx) }
 
-// ServerStatsHandler returns the gRPC stats handler that starts a span
-// per RPC, continuing a W3C trace context the caller sent. Its own RPC
-// metrics are off: sluice's request metrics carry the client label.
-func ServerStatsHandler(tp trace.TracerProvider) stats.Handler {
-	return otelgrpc.NewServerHandler(
+// ServerOptions returns the gRPC server options that start a span per
+// RPC, continuing a W3C trace context the caller sent; none when tp is
+// the no-op provider of tracing turned off, so that an untraced server
+// pays nothing per RPC for it. The handler's own RPC metrics are off:
+// sluice's request metrics carry the client label.
+func ServerOptions(tp trace.TracerProvider) []grpc.ServerOption {
+	if _, off := tp.(nooptrace.TracerProvider); off {
+		return nil
+	}
+	return []grpc.ServerOption{grpc.StatsHandler(otelgrpc.NewServerHandler(
 		otelgrpc.WithTracerProvider(tp),
 		otelgrpc.WithMeterProvider(noopmetric.NewMeterProvider()),
 		otelgrpc.WithPropagators(propagation.TraceContext{}),
-	)
+	))}
 }
