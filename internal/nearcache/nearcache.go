@@ -168,12 +168,15 @@ func (c *Cache) GetMulti(ctx context.Context, uris []string) map[string]cache.En
 	if c.mem == nil {
 		return c.shared.GetMulti(ctx, uris)
 	}
-	out := make(map[string]cache.Entry, len(uris))
+	var out map[string]cache.Entry // made at the first answer from memory
 	var misses []string
 	var before []uint64
 	now := time.Now()
 	for _, uri := range uris {
 		if h, ok := c.mem.GetIfPresent(uri); ok && now.Sub(h.readAt) < c.ttl {
+			if out == nil {
+				out = make(map[string]cache.Entry, len(uris))
+			}
 			out[uri] = h.entry
 			continue
 		}
@@ -189,10 +192,15 @@ func (c *Cache) GetMulti(ctx context.Context, uris []string) map[string]cache.En
 		if !ok {
 			continue
 		}
-		out[uri] = e
 		if c.admit(uri) {
 			c.keep(uri, held{entry: e, readAt: now}, before[i])
 		}
+	}
+	if len(out) == 0 {
+		return got // nothing came from memory: the shared cache's answer is the whole answer
+	}
+	for uri, e := range got {
+		out[uri] = e
 	}
 	return out
 }
