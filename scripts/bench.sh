@@ -248,7 +248,8 @@ part_writepath() {
 # journal entries against the same transaction with the records only,
 # alternating (order swapped each round) so both see the same machine.
 part_journalrow() {
-  local p=61-journalrow bench=$BIN/boltstore.test rounds=${SLUICE_BENCH_JOURNAL_ROUNDS:-3}
+  local p=61-journalrow bench rounds=${SLUICE_BENCH_JOURNAL_ROUNDS:-3}
+  bench=$(realpath -m "$BIN/boltstore.test") # run from the package's directory below
   go test -c -o "$bench" ./internal/store/boltstore
   echo "go test -c -o $bench ./internal/store/boltstore" >>"$OUT/md/$p.cmds"
   local round variant order rate on=() off=()

@@ -201,20 +201,43 @@ func (s *switchStore) failOn(uris ...string) {
 
 // Get fails as the switch says; otherwise it reads the embedded store.
 func (s *switchStore) Get(ctx context.Context, uri string) (store.Record, error) {
+	if err := s.fault(ctx, uri); err != nil {
+		return store.Record{}, fmt.Errorf("switchstore: get %s: %w", uri, err)
+	}
+	return s.Store.Get(ctx, uri)
+}
+
+// GetMany fails as the switch says for any of uris; otherwise it reads
+// them in one transaction of the embedded store, as sluice reads a
+// batch's misses from it.
+func (s *switchStore) GetMany(ctx context.Context, uris []string) (map[string]store.Record, error) {
+	for _, uri := range uris {
+		if err := s.fault(ctx, uri); err != nil {
+			return nil, fmt.Errorf("switchstore: get %d records: %s: %w", len(uris), uri, err)
+		}
+	}
+	return s.Store.(store.BatchReader).GetMany(ctx, uris)
+}
+
+// fault is the failure the switch and the failing set give a read of uri
+// now: a hanging store answers only when ctx ends.
+func (s *switchStore) fault(ctx context.Context, uri string) error {
 	s.mu.Lock()
 	failing := s.failing[uri]
 	s.mu.Unlock()
 	switch {
 	case failing:
-		return store.Record{}, fmt.Errorf("switchstore: get %s: replica timed out: %w", uri, store.ErrUnavailable)
+		return fmt.Errorf("replica timed out: %w", store.ErrUnavailable)
 	case s.mode.Load() == 1:
-		return store.Record{}, fmt.Errorf("switchstore: get %s: connection refused: %w", uri, store.ErrUnavailable)
+		return fmt.Errorf("connection refused: %w", store.ErrUnavailable)
 	case s.mode.Load() == 2:
 		<-ctx.Done()
-		return store.Record{}, fmt.Errorf("switchstore: get %s: %w", uri, ctx.Err())
+		return ctx.Err()
 	}
-	return s.Store.Get(ctx, uri)
+	return nil
 }
+
+var _ store.BatchReader = (*switchStore)(nil)
 
 // Tests that when the store fails for some URIs of a batch, the whole
 // request fails with Unavailable — never an answer with those positions

@@ -187,10 +187,12 @@ func (s *Server) acquireRequestSlot(ctx context.Context) error {
 // (queue.Request.Continues).
 func (s *Server) admitItems(ctx context.Context, fullMethod, client string, cost, left int64, batch, continues bool) (release func(), reason string, err error) {
 	name := shortName(fullMethod)
-	deadline, _ := ctx.Deadline()
-	startBy := deadline.Add(-s.service.startMargin(fullMethod, left))
-	if waitUntil := admissionDeadline(deadline); waitUntil.Before(startBy) {
-		startBy = waitUntil
+	var startBy time.Time // zero: no deadline, so no latest start
+	if deadline, ok := ctx.Deadline(); ok {
+		startBy = deadline.Add(-s.service.startMargin(fullMethod, left))
+		if waitUntil := admissionDeadline(deadline); waitUntil.Before(startBy) {
+			startBy = waitUntil
+		}
 	}
 	flow, weight := s.unlisted.flowOf(s.budgets.Config(), client, time.Now())
 	items, err := s.items.Acquire(ctx, queue.Request{Cost: cost, Batch: batch, StartBy: startBy, Flow: flow, Weight: weight, Continues: continues})

@@ -1,7 +1,8 @@
 // Package posts is the read-through path for records: it validates
 // AT-URIs, de-duplicates a batch, answers what it can from the cache,
-// reads the rest from the store (one read per URI, coalesced across
-// concurrent requests), refills the cache, and returns the records aligned
+// reads the rest from the store (in one batch read when the store has
+// them, otherwise one read per URI, coalesced across concurrent
+// requests), refills the cache, and returns the records aligned
 // with the request. Writes go to the store first and then invalidate the
 // cache, so a read after a successful write never sees the old version.
 //
@@ -9,7 +10,7 @@
 // store that fails fails the request, whole (one error for the batch, not
 // a per-item status), because a partial answer would look like "not
 // found". All parallel work runs through package fanout, so it is bounded
-// by the method's policy. Posts does not know about gRPC; the rpc package
+// by the method's policy; a batch read is one call. Posts does not know about gRPC; the rpc package
 // maps its errors to status codes.
 package posts
 
@@ -102,7 +103,8 @@ func (s *Service) Collection() string { return s.collection }
 func (s *Service) InvalidationFailures() int64 { return s.invalidationFailures.Load() }
 
 // Coalesced counts store reads saved because a concurrent request was
-// already reading the same URI.
+// already reading the same URI. Batch reads are not coalesced, so it
+// stays 0 over a store that reads in batches.
 func (s *Service) Coalesced() int64 { return s.coalesced.Load() }
 
 // Get returns one Result per URI, in order; duplicates are answered at

@@ -21,6 +21,12 @@ type Store struct {
 
 var _ store.Store = (*Store)(nil)
 
+// The op attribute of sluice.store.read.duration, built once.
+var (
+	readGet     = metric.WithAttributeSet(attribute.NewSet(attribute.String("op", "get")))
+	readGetMany = metric.WithAttributeSet(attribute.NewSet(attribute.String("op", "get_many")))
+)
+
 // InstrumentStore returns s with metrics. When s reads in batches
 // (store.BatchReader), so does the store it returns.
 func (t *Telemetry) InstrumentStore(s store.Store) (store.Store, error) {
@@ -39,7 +45,7 @@ func (t *Telemetry) instrumentStore(s store.Store) (*Store, error) {
 	w := &Store{Store: s}
 	var err error
 	if w.reads, err = m.Int64Counter("sluice.store.reads",
-		metric.WithDescription("Store point reads, by result (found, not_found, error).")); err != nil {
+		metric.WithDescription("Records read from the store, one per URI asked for, by result (found, not_found, error).")); err != nil {
 		return nil, err
 	}
 	if w.writes, err = m.Int64Counter("sluice.store.writes",
@@ -47,7 +53,7 @@ func (t *Telemetry) instrumentStore(s store.Store) (*Store, error) {
 		return nil, err
 	}
 	if w.duration, err = m.Float64Histogram("sluice.store.read.duration", metric.WithUnit("s"),
-		metric.WithDescription("Store read latency: one point read, or one batch read of a request's cache misses."),
+		metric.WithDescription("Store read latency per call, by op: get (one point read) or get_many (one batch read of a request's cache misses)."),
 		metric.WithExplicitBucketBoundaries(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)); err != nil {
 		return nil, err
 	}
@@ -58,7 +64,7 @@ func (t *Telemetry) instrumentStore(s store.Store) (*Store, error) {
 func (s *Store) Get(ctx context.Context, uri string) (store.Record, error) {
 	start := time.Now()
 	rec, err := s.Store.Get(ctx, uri)
-	s.duration.Record(ctx, time.Since(start).Seconds())
+	s.duration.Record(ctx, time.Since(start).Seconds(), readGet)
 	result := "found"
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -83,7 +89,7 @@ var _ store.BatchReader = (*BatchStore)(nil)
 func (s *BatchStore) GetMany(ctx context.Context, uris []string) (map[string]store.Record, error) {
 	start := time.Now()
 	recs, err := s.batch.GetMany(ctx, uris)
-	s.duration.Record(ctx, time.Since(start).Seconds())
+	s.duration.Record(ctx, time.Since(start).Seconds(), readGetMany)
 	if err != nil {
 		s.reads.Add(ctx, int64(len(uris)), metric.WithAttributes(attribute.String("result", "error")))
 		return nil, err

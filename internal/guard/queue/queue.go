@@ -397,9 +397,8 @@ func (q *Queue) onStanding() {
 		if !w.req.Batch && !q.cfg.standing(now, q.flowSince(w.flow)) {
 			continue // its flow's own queue does not stand: it keeps its wait
 		}
-		if !w.req.Batch && waited < q.cfg.Target {
+		if left := q.standingWait(w, now, waited); left > 0 {
 			w.stop()
-			left := q.cfg.Target - waited
 			w.stop = q.clock.AfterFunc(left, func() { q.expire(w) })
 			continue
 		}
@@ -409,6 +408,20 @@ func (q *Queue) onStanding() {
 		q.drop(w, fmt.Errorf("%w: the queue has not emptied for %v and this request waited %v", ErrShed, now.Sub(q.lastEmpty), waited))
 	}
 	q.grant()
+}
+
+// standingWait is how much longer w, which has waited waited, may wait
+// now that its flow's queue stands: up to Target in all, never past its
+// StartBy; 0 for batch work, which is shed at once.
+func (q *Queue) standingWait(w *waiter, now time.Time, waited time.Duration) time.Duration {
+	if w.req.Batch || waited >= q.cfg.Target {
+		return 0
+	}
+	left := q.cfg.Target - waited
+	if !w.req.StartBy.IsZero() {
+		left = min(left, w.req.StartBy.Sub(now))
+	}
+	return left
 }
 
 func (q *Queue) releaser(cost int64) func() {

@@ -295,6 +295,26 @@ func TestStandingQueueCapsWaitAndServesNewestFirst(t *testing.T) {
 	}
 }
 
+// Tests that a waiter whose flow's queue comes to stand may wait on up to
+// M in all, but never past its StartBy.
+func TestStandingQueueKeepsStartBy(t *testing.T) {
+	h := newHarness(t, 10, 100)
+	hold := h.acquireNow(Request{Cost: 10})
+	defer hold()
+	out := make(chan result, 4)
+	h.wait(h.ctx, 1, Request{Cost: 10}, out) // at t=0
+	h.clock.Advance(98 * time.Millisecond)
+	h.wait(h.ctx, 2, Request{Cost: 10, StartBy: h.clock.Now().Add(3 * time.Millisecond)}, out) // at t=98ms, StartBy t=101ms
+	h.clock.Advance(2 * time.Millisecond)                                                      // t=100ms: standing; M would let waiter 2 wait to t=103ms
+	if r := recv(t, out); r.id != 1 || !errors.Is(r.err, ErrShed) {
+		t.Fatalf("got waiter %d (%v), want waiter 1 shed when the queue stood for N", r.id, r.err)
+	}
+	h.clock.Advance(time.Millisecond) // t=101ms: waiter 2's StartBy
+	if r := recv(t, out); r.id != 2 || !errors.Is(r.err, ErrShed) {
+		t.Fatalf("got waiter %d (%v), want waiter 2 shed at its StartBy", r.id, r.err)
+	}
+}
+
 // Tests that batch work is shed first: not queued behind others, served
 // after interactive waiters, dropped when the queue stands.
 func TestBatchShedFirst(t *testing.T) {

@@ -255,25 +255,29 @@ func (s *Store) getMany(ctx context.Context, uris []string) (map[string]store.Re
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	out := make(map[string]store.Record, len(uris))
+	values := make(map[string][]byte, len(uris))
 	err := s.view(func(tx *bolt.Tx) error {
 		b := tx.Bucket(recordsBucket)
 		for _, uri := range uris {
-			v := b.Get([]byte(uri))
-			if v == nil {
-				continue
+			if v := b.Get([]byte(uri)); v != nil {
+				values[uri] = bytes.Clone(v)
 			}
-			r, err := decodeValue(bytes.Clone(v))
-			if err != nil {
-				return fmt.Errorf("%s: %w", short(uri), err)
-			}
-			r.URI = uri
-			out[uri] = r
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
+	}
+	// Decoded after the transaction, which then holds bbolt's mmap lock
+	// (that a write growing the file waits for) only while copying.
+	out := make(map[string]store.Record, len(values))
+	for uri, v := range values {
+		r, err := decodeValue(v)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", short(uri), err)
+		}
+		r.URI = uri
+		out[uri] = r
 	}
 	return out, nil
 }
