@@ -17,6 +17,7 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 DEPS="$ROOT/.deps"
 MEMCACHED_PORT=${SLUICE_TEST_MEMCACHED_PORT:-21211}
+MEMCACHED_PID=$DEPS/memcached-$MEMCACHED_PORT.pid # one per port, so "already running" means on this port
 mkdir -p "$DEPS"
 
 log() { echo "test-deps: $*" >&2; }
@@ -24,7 +25,7 @@ log() { echo "test-deps: $*" >&2; }
 memcached_up() {
   scripts/apt-install.sh memcached
   # Debian starts a system memcached on 11211 after install; tests use their own.
-  if [[ -f "$DEPS/memcached.pid" ]] && kill -0 "$(cat "$DEPS/memcached.pid")" 2>/dev/null; then
+  if [[ -f "$MEMCACHED_PID" ]] && kill -0 "$(cat "$MEMCACHED_PID")" 2>/dev/null; then
     log "memcached already running on 127.0.0.1:$MEMCACHED_PORT"
     return
   fi
@@ -34,7 +35,7 @@ memcached_up() {
   fi
   local user=()
   [[ $(id -u) -eq 0 ]] && user=(-u root)
-  /usr/bin/memcached -d -P "$DEPS/memcached.pid" -l 127.0.0.1 -p "$MEMCACHED_PORT" -U 0 -m 256 -c 4096 "${user[@]}"
+  /usr/bin/memcached -d -P "$MEMCACHED_PID" -l 127.0.0.1 -p "$MEMCACHED_PORT" -U 0 -m 256 -c 4096 "${user[@]}"
   for _ in $(seq 50); do
     if (exec 3<>/dev/tcp/127.0.0.1/"$MEMCACHED_PORT") 2>/dev/null; then
       log "memcached up on 127.0.0.1:$MEMCACHED_PORT"
@@ -77,6 +78,6 @@ ENV
 case "${1:-}" in
   up)   memcached_up; browser_deps; scripts/appview-deps.sh; scripts/cassandra.sh up; print_env ;;
   env)  print_env ;;
-  down) stop_pidfile "$DEPS/memcached.pid"; scripts/cassandra.sh down; log "stopped" ;;
+  down) stop_pidfile "$MEMCACHED_PID"; scripts/cassandra.sh down; log "stopped" ;;
   *)    echo "usage: $0 up|env|down" >&2; exit 2 ;;
 esac
