@@ -10,8 +10,8 @@
 // store that fails fails the request, whole (one error for the batch, not
 // a per-item status), because a partial answer would look like "not
 // found". All parallel work runs through package fanout, so it is bounded
-// by the method's policy; a batch read is one call. Posts does not know about gRPC; the rpc package
-// maps its errors to status codes.
+// by the method's policy; a batch read is one call. Posts does not know
+// about gRPC; the rpc package maps its errors to status codes.
 package posts
 
 import (
