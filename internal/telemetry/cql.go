@@ -46,7 +46,7 @@ func (t *Telemetry) ObserveCQL(stats func() cqlstore.Stats) error {
 		return err
 	}
 	hostUp, err := m.Int64ObservableGauge("sluice.cql.host.up",
-		metric.WithDescription("1 while the driver holds the node up, 0 while it holds it down."))
+		metric.WithDescription("1 while the driver session (read or write) holds the node up, 0 while it holds it down."))
 	if err != nil {
 		return err
 	}
@@ -60,7 +60,9 @@ func (t *Telemetry) ObserveCQL(stats func() cqlstore.Stats) error {
 			at := metric.WithAttributes(attribute.String("host", h.Addr))
 			o.ObserveInt64(hostQueries, h.Queries, at)
 			o.ObserveInt64(hostErrors, h.Errors, at)
-			o.ObserveInt64(hostUp, boolInt(h.Up), at)
+			for session, up := range h.UpIn {
+				o.ObserveInt64(hostUp, boolInt(up), metric.WithAttributes(attribute.String("host", h.Addr), attribute.String("session", cqlstore.Session(session).String())))
+			}
 		}
 		return nil
 	}, inFlight, limit, waits, reopened, hostQueries, hostErrors, hostUp)

@@ -14,6 +14,7 @@ import (
 	"github.com/gocql/gocql"
 	"google.golang.org/grpc/codes"
 
+	"github.com/sluice-dev/sluice/internal/promtext"
 	"github.com/sluice-dev/sluice/internal/testenv"
 )
 
@@ -86,7 +87,7 @@ func TestCassandraCluster(t *testing.T) {
 				t.Fatalf("no load ran during the fault: %v", got)
 			}
 			if got.readErrs != 0 || got.writeErrs != 0 {
-				t.Errorf("with %s down: %v; first error: %s; want 0 failed reads and writes at LOCAL_ONE / LOCAL_QUORUM", host, got, got.firstErr)
+				t.Errorf("with %s down: %v; first failed read: %s; first failed write: %s; want 0 failed reads and writes at LOCAL_ONE / LOCAL_QUORUM", host, got, got.firstReadErr, got.firstWriteErr)
 			}
 		})
 	}
@@ -100,13 +101,13 @@ func TestCassandraCluster(t *testing.T) {
 		got := l.between(from, time.Now())
 		figure(t, "two nodes down: calls", "%v", got)
 		if got.readErrs != 0 {
-			t.Errorf("reads at LOCAL_ONE with one node of three: %v; first error: %s; want 0 failed", got, got.firstErr)
+			t.Errorf("reads at LOCAL_ONE with one node of three: %v; first failed read: %s; want 0 failed", got, got.firstReadErr)
 		}
 		if got.writes == 0 || got.writeErrs != got.writes || got.codes[codes.Unavailable] != got.writeErrs {
 			t.Errorf("writes at LOCAL_QUORUM with one node of three: %v; want every one refused with Unavailable", got)
 		}
-		if !strings.Contains(got.firstErr, "store") {
-			t.Errorf("first error %q does not name the store", got.firstErr)
+		if !strings.Contains(got.firstWriteErr, "store") {
+			t.Errorf("first refused write %q does not name the store", got.firstWriteErr)
 		}
 		// Fail fast: Cassandra knows the replicas are down and says so at
 		// once; a refusal that took most of the call's deadline would be
@@ -207,8 +208,7 @@ func waitUsedAgain(t *testing.T, r *replica, hosts []string, i int) time.Duratio
 	base := hostQueries(t, r, hosts)[i]
 	for time.Since(start) < 90*time.Second {
 		m := r.metrics(t)
-		up := m.Sum("sluice_cql_host_up", map[string]string{"host": hosts[i]})
-		if up == 1 && m.Sum("sluice_cql_host_queries_total", map[string]string{"host": hosts[i]}) > base+10 {
+		if heldUpBy(m, hosts[i]) == len(driverSessions) && m.Sum("sluice_cql_host_queries_total", map[string]string{"host": hosts[i]}) > base+10 {
 			return time.Since(start)
 		}
 		time.Sleep(250 * time.Millisecond)
@@ -217,7 +217,24 @@ func waitUsedAgain(t *testing.T, r *replica, hosts []string, i int) time.Duratio
 	return 0
 }
 
-// waitDown waits until sluice's driver holds every host of idx down.
+// driverSessions are the CQL store's sessions, as sluice_cql_host_up
+// labels them: each follows the cluster's host events on its own.
+var driverSessions = []string{"read", "write"}
+
+// heldUpBy returns how many of the driver's sessions hold host up.
+func heldUpBy(m promtext.Families, host string) int {
+	n := 0
+	for _, s := range driverSessions {
+		if m.Sum("sluice_cql_host_up", map[string]string{"host": host, "session": s}) == 1 {
+			n++
+		}
+	}
+	return n
+}
+
+// waitDown waits until every session of sluice's driver holds every host
+// of idx down: until then the read session may still send a read to a
+// node that has gone.
 func waitDown(t *testing.T, r *replica, hosts []string, idx ...int) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -225,7 +242,7 @@ func waitDown(t *testing.T, r *replica, hosts []string, idx ...int) {
 	for ctx.Err() == nil {
 		m, down := r.metrics(t), 0
 		for _, i := range idx {
-			if m.Sum("sluice_cql_host_up", map[string]string{"host": hosts[i]}) == 0 {
+			if heldUpBy(m, hosts[i]) == 0 {
 				down++
 			}
 		}

@@ -3,6 +3,7 @@
 package cluster
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -152,7 +153,8 @@ func (l *load) halt() {
 type tally struct {
 	reads, writes, readErrs, writeErrs int
 	codes                              map[codes.Code]int
-	firstErr                           string
+	firstErr                           string // the first failed call's code and message
+	firstReadErr, firstWriteErr        string // the same, of reads and of writes
 	slowestWriteErr                    time.Duration
 	errAt                              []time.Duration // when each failed call started, after from
 }
@@ -181,8 +183,10 @@ func (l *load) between(from, to time.Time) tally {
 		if o.write {
 			t.writeErrs++
 			t.slowestWriteErr = max(t.slowestWriteErr, o.end.Sub(o.start))
+			t.firstWriteErr = cmp.Or(t.firstWriteErr, fmt.Sprintf("%v: %s", o.code, o.msg))
 		} else {
 			t.readErrs++
+			t.firstReadErr = cmp.Or(t.firstReadErr, fmt.Sprintf("%v: %s", o.code, o.msg))
 		}
 	}
 	return t

@@ -238,11 +238,11 @@ func (c Config) hostPolicy() gocql.HostSelectionPolicy {
 	return gocql.TokenAwareHostPolicy(gocql.DCAwareRoundRobinPolicy(c.DC), gocql.ShuffleReplicas())
 }
 
-func (c Config) cluster(cl gocql.Consistency, hosts *hostTracker) *gocql.ClusterConfig {
+func (c Config) cluster(cl gocql.Consistency, hosts *hostTracker, role Session) *gocql.ClusterConfig {
 	cc := gocql.NewCluster(c.Hosts...)
 	cc.Keyspace = c.Keyspace
 	cc.Consistency = cl
-	cc.PoolConfig.HostSelectionPolicy = watchedPolicy{HostSelectionPolicy: c.hostPolicy(), t: hosts}
+	cc.PoolConfig.HostSelectionPolicy = watchedPolicy{HostSelectionPolicy: c.hostPolicy(), t: hosts, session: role}
 	cc.Timeout = c.Timeout
 	cc.ConnectTimeout = c.ConnectTimeout
 	cc.NumConns = c.NumConns

@@ -124,11 +124,11 @@ type sessionPair struct{ read, write *gocql.Session }
 
 // openSessions connects a read session at rc and a write session at wc.
 func openSessions(cfg Config, rc, wc gocql.Consistency, hosts *hostTracker) (*sessionPair, error) {
-	read, err := openSession(cfg, rc, hosts)
+	read, err := openSession(cfg, rc, hosts, ReadSession)
 	if err != nil {
 		return nil, err
 	}
-	write, err := openSession(cfg, wc, hosts)
+	write, err := openSession(cfg, wc, hosts, WriteSession)
 	if err != nil {
 		read.Close()
 		return nil, err
@@ -144,9 +144,9 @@ func (p *sessionPair) close() {
 func (s *Store) read() *gocql.Session  { return s.sessions.Load().read }
 func (s *Store) write() *gocql.Session { return s.sessions.Load().write }
 
-// openSession connects one session at consistency cl.
-func openSession(cfg Config, cl gocql.Consistency, hosts *hostTracker) (*gocql.Session, error) {
-	s, err := cfg.cluster(cl, hosts).CreateSession()
+// openSession connects one session, in role, at consistency cl.
+func openSession(cfg Config, cl gocql.Consistency, hosts *hostTracker, role Session) (*gocql.Session, error) {
+	s, err := cfg.cluster(cl, hosts, role).CreateSession()
 	if err != nil {
 		hint := ""
 		if cfg.Keyspace != "" {

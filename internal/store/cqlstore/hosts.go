@@ -15,18 +15,47 @@ import (
 // is counted in full only for its first maxTrackedHosts nodes.
 const maxTrackedHosts = 256
 
+// Session names one of the store's two driver sessions. Each follows the
+// cluster's host-state events on its own, so for a moment after a node
+// goes down or comes back the two may disagree.
+type Session int
+
+const (
+	ReadSession  Session = iota // reads, at the read consistency
+	WriteSession                // writes and the journal, at the write consistency
+	sessions                    // how many there are
+)
+
+func (s Session) String() string {
+	if s == WriteSession {
+		return "write"
+	}
+	return "read"
+}
+
 // HostStats is one node as the driver sees it: query attempts it
-// coordinated, how many failed, and whether the driver holds it up.
+// coordinated, how many failed, and whether each session holds it up.
 type HostStats struct {
-	Addr    string // the node's address and native port, as dialed
-	Queries int64  // query attempts sent to it, ever
-	Errors  int64  // of those, attempts that failed
-	Up      bool   // the driver's view: up (true) or down
+	Addr    string         // the node's address and native port, as dialed
+	Queries int64          // query attempts sent to it, ever
+	Errors  int64          // of those, attempts that failed
+	UpIn    [sessions]bool // each session's view, by Session: up (true) or down
+}
+
+// Up reports whether every session holds the node up.
+func (h HostStats) Up() bool {
+	for _, up := range h.UpIn {
+		if !up {
+			return false
+		}
+	}
+	return true
 }
 
 // hostTracker counts query attempts per node and follows the driver's
-// host-state events. It sits in every session's host-selection policy and
-// query observer, so it outlives session replacement.
+// host-state events of each session. It sits in every session's
+// host-selection policy and query observer, so it outlives session
+// replacement.
 type hostTracker struct {
 	mu    sync.Mutex
 	hosts map[string]*hostCounters
@@ -34,7 +63,7 @@ type hostTracker struct {
 
 type hostCounters struct {
 	queries, errors atomic.Int64
-	up              atomic.Bool
+	upIn            [sessions]atomic.Bool
 }
 
 func hostAddr(h *gocql.HostInfo) string {
@@ -60,9 +89,9 @@ func (t *hostTracker) host(h *gocql.HostInfo) *hostCounters {
 	return c
 }
 
-func (t *hostTracker) setUp(h *gocql.HostInfo, up bool) {
+func (t *hostTracker) setUp(h *gocql.HostInfo, in Session, up bool) {
 	if c := t.host(h); c != nil {
-		c.up.Store(up)
+		c.upIn[in].Store(up)
 	}
 }
 
@@ -72,7 +101,11 @@ func (t *hostTracker) snapshot() []HostStats {
 	defer t.mu.Unlock()
 	out := make([]HostStats, 0, len(t.hosts))
 	for addr, c := range t.hosts {
-		out = append(out, HostStats{Addr: addr, Queries: c.queries.Load(), Errors: c.errors.Load(), Up: c.up.Load()})
+		h := HostStats{Addr: addr, Queries: c.queries.Load(), Errors: c.errors.Load()}
+		for i := range c.upIn {
+			h.UpIn[i] = c.upIn[i].Load()
+		}
+		out = append(out, h)
 	}
 	slices.SortFunc(out, func(a, b HostStats) int {
 		if a.Addr < b.Addr {
@@ -107,29 +140,31 @@ func (o observer) ObserveQuery(ctx context.Context, q gocql.ObservedQuery) {
 	}
 }
 
-// watchedPolicy is a host-selection policy that tells the tracker of
-// every host the driver adds, removes, marks up or marks down.
+// watchedPolicy is one session's host-selection policy; it tells the
+// tracker of every host that session adds, removes, marks up or marks
+// down.
 type watchedPolicy struct {
 	gocql.HostSelectionPolicy
-	t *hostTracker
+	t       *hostTracker
+	session Session
 }
 
 func (p watchedPolicy) AddHost(h *gocql.HostInfo) {
-	p.t.setUp(h, true)
+	p.t.setUp(h, p.session, true)
 	p.HostSelectionPolicy.AddHost(h)
 }
 
 func (p watchedPolicy) RemoveHost(h *gocql.HostInfo) {
-	p.t.setUp(h, false)
+	p.t.setUp(h, p.session, false)
 	p.HostSelectionPolicy.RemoveHost(h)
 }
 
 func (p watchedPolicy) HostUp(h *gocql.HostInfo) {
-	p.t.setUp(h, true)
+	p.t.setUp(h, p.session, true)
 	p.HostSelectionPolicy.HostUp(h)
 }
 
 func (p watchedPolicy) HostDown(h *gocql.HostInfo) {
-	p.t.setUp(h, false)
+	p.t.setUp(h, p.session, false)
 	p.HostSelectionPolicy.HostDown(h)
 }

@@ -33,7 +33,7 @@ func TestHostStatsCountEveryAttempt(t *testing.T) {
 		}
 	}
 	hosts := s.Stats().Hosts
-	if len(hosts) != 1 || hosts[0].Addr != cfg.Hosts[0] || !hosts[0].Up {
+	if len(hosts) != 1 || hosts[0].Addr != cfg.Hosts[0] || !hosts[0].Up() {
 		t.Fatalf("hosts = %+v, want one node, %s, up", hosts, cfg.Hosts[0])
 	}
 	if got := total(hosts) - before; got != reads {
