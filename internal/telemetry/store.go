@@ -21,10 +21,14 @@ type Store struct {
 
 var _ store.Store = (*Store)(nil)
 
-// The op attribute of sluice.store.read.duration, built once.
+// The op attribute of sluice.store.read.duration and the result attribute
+// of sluice.store.reads, built once.
 var (
-	readGet     = metric.WithAttributeSet(attribute.NewSet(attribute.String("op", "get")))
-	readGetMany = metric.WithAttributeSet(attribute.NewSet(attribute.String("op", "get_many")))
+	readGet      = metric.WithAttributeSet(attribute.NewSet(attribute.String("op", "get")))
+	readGetMany  = metric.WithAttributeSet(attribute.NewSet(attribute.String("op", "get_many")))
+	readFound    = metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "found")))
+	readNotFound = metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "not_found")))
+	readFailed   = metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "error")))
 )
 
 // InstrumentStore returns s with metrics. When s reads in batches
@@ -65,14 +69,14 @@ func (s *Store) Get(ctx context.Context, uri string) (store.Record, error) {
 	start := time.Now()
 	rec, err := s.Store.Get(ctx, uri)
 	s.duration.Record(ctx, time.Since(start).Seconds(), readGet)
-	result := "found"
+	result := readFound
 	switch {
 	case errors.Is(err, store.ErrNotFound):
-		result = "not_found"
+		result = readNotFound
 	case err != nil:
-		result = "error"
+		result = readFailed
 	}
-	s.reads.Add(ctx, 1, metric.WithAttributes(attribute.String("result", result)))
+	s.reads.Add(ctx, 1, result)
 	return rec, err
 }
 
@@ -91,7 +95,7 @@ func (s *BatchStore) GetMany(ctx context.Context, uris []string) (map[string]sto
 	recs, err := s.batch.GetMany(ctx, uris)
 	s.duration.Record(ctx, time.Since(start).Seconds(), readGetMany)
 	if err != nil {
-		s.reads.Add(ctx, int64(len(uris)), metric.WithAttributes(attribute.String("result", "error")))
+		s.reads.Add(ctx, int64(len(uris)), readFailed)
 		return nil, err
 	}
 	found := 0
@@ -100,9 +104,9 @@ func (s *BatchStore) GetMany(ctx context.Context, uris []string) (map[string]sto
 			found++
 		}
 	}
-	s.reads.Add(ctx, int64(found), metric.WithAttributes(attribute.String("result", "found")))
+	s.reads.Add(ctx, int64(found), readFound)
 	if missing := len(uris) - found; missing > 0 {
-		s.reads.Add(ctx, int64(missing), metric.WithAttributes(attribute.String("result", "not_found")))
+		s.reads.Add(ctx, int64(missing), readNotFound)
 	}
 	return recs, nil
 }
