@@ -45,11 +45,12 @@ func Parse(s string) (URI, error) {
 	if !ok {
 		return URI{}, fmt.Errorf("%w: must start with at://", ErrSyntax)
 	}
-	parts := strings.Split(rest, "/")
-	if len(parts) != 3 {
-		return URI{}, fmt.Errorf("%w: want at://<did>/<collection>/<rkey>, got %d path segments", ErrSyntax, len(parts))
+	if n := strings.Count(rest, "/") + 1; n != 3 {
+		return URI{}, fmt.Errorf("%w: want at://<did>/<collection>/<rkey>, got %d path segments", ErrSyntax, n)
 	}
-	u := URI{DID: parts[0], Collection: parts[1], RKey: parts[2]}
+	var u URI
+	u.DID, rest, _ = strings.Cut(rest, "/")
+	u.Collection, u.RKey, _ = strings.Cut(rest, "/")
 	if err := checkDID(u.DID); err != nil {
 		return URI{}, err
 	}
@@ -95,12 +96,14 @@ func checkDID(did string) error {
 // checkNSID accepts a namespaced identifier such as app.bsky.feed.post:
 // at least three dot-separated segments, a reversed domain then a name.
 func checkNSID(nsid string) error {
-	segs := strings.Split(nsid, ".")
-	if len(nsid) > 317 || len(segs) < 3 {
+	n := strings.Count(nsid, ".") + 1
+	if len(nsid) > 317 || n < 3 {
 		return fmt.Errorf("%w: collection %q is not an NSID", ErrSyntax, clip(nsid))
 	}
-	for i, seg := range segs {
-		last := i == len(segs)-1
+	i := 0
+	for seg := range strings.SplitSeq(nsid, ".") {
+		last := i == n-1
+		i++
 		if seg == "" || len(seg) > 63 || (last && !allBytes(seg, isAlnum)) || (!last && !isLabel(seg)) {
 			return fmt.Errorf("%w: collection %q is not an NSID", ErrSyntax, clip(nsid))
 		}
@@ -118,11 +121,10 @@ func checkRKey(rkey string) error {
 }
 
 func isHostname(h string) bool {
-	labels := strings.Split(h, ".")
-	if len(h) > 253 || len(labels) < 2 {
+	if len(h) > 253 || !strings.Contains(h, ".") {
 		return false
 	}
-	for _, l := range labels {
+	for l := range strings.SplitSeq(h, ".") {
 		if !isLabel(l) {
 			return false
 		}

@@ -28,6 +28,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sluice-dev/sluice/internal/spans"
 )
 
 // ErrUnavailable reports a call that was not made: the server's breaker
@@ -131,6 +133,9 @@ func New(cfg Config, opts ...Option) (*Cache, error) {
 // skipped or had no free connection before ctx ended are absent. It
 // never fails.
 func (c *Cache) GetMulti(ctx context.Context, uris []string) map[string]Entry {
+	if len(uris) == 1 {
+		return c.getOne(ctx, uris[0])
+	}
 	byKey := make(map[string]string, len(uris))
 	for _, u := range uris {
 		byKey[Key(u)] = u
@@ -149,6 +154,23 @@ func (c *Cache) GetMulti(ctx context.Context, uris []string) map[string]Entry {
 			if e, ok := decode(it); ok {
 				out[byKey[key]] = e
 			}
+		}
+	}
+	return out
+}
+
+// getOne is GetMulti of a single URI: one get on the key's server,
+// without grouping keys by server first.
+func (c *Cache) getOne(ctx context.Context, uri string) map[string]Entry {
+	key := Key(uri)
+	ch := chunk{srv: c.owner(key), keys: []string{key}}
+	sent := time.Now()
+	items := ch.get(ctx, c.opts.tracer)
+	ch.srv.hide(items, sent)
+	out := make(map[string]Entry, 1)
+	if it, ok := items[key]; ok {
+		if e, ok := decode(it); ok {
+			out[uri] = e
 		}
 	}
 	return out
@@ -380,9 +402,10 @@ func getKeys(mc *memcache.Client, keys []string) (map[string]*memcache.Item, err
 
 // get runs the chunk's get in a span and counts hits and misses. It
 // returns nil when the call failed or was not made.
-func (ch chunk) get(ctx context.Context, tracer trace.Tracer) map[string]*memcache.Item {
-	ctx, span := tracer.Start(ctx, "memcached.GetMulti", trace.WithSpanKind(trace.SpanKindClient),
-		trace.WithAttributes(attribute.String("sluice.memcached.server", ch.srv.addr), attribute.Int("sluice.batch.size", len(ch.keys))))
+func (ch chunk) get(ctx context.Context, tracer spans.Tracer) map[string]*memcache.Item {
+	ctx, span := tracer.Start(ctx, "memcached.GetMulti", trace.SpanKindClient, func() []attribute.KeyValue {
+		return []attribute.KeyValue{attribute.String("sluice.memcached.server", ch.srv.addr), attribute.Int("sluice.batch.size", len(ch.keys))}
+	})
 	defer span.End()
 	var items map[string]*memcache.Item
 	err := ch.srv.do(ctx, func(mc *memcache.Client) error {
@@ -402,6 +425,8 @@ func (ch chunk) get(ctx context.Context, tracer trace.Tracer) map[string]*memcac
 	}
 	ch.srv.hits.Add(int64(hits))
 	ch.srv.misses.Add(int64(len(ch.keys) - hits))
-	span.SetAttributes(attribute.Int("sluice.cache.hits", hits))
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Int("sluice.cache.hits", hits))
+	}
 	return items
 }

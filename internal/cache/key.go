@@ -18,7 +18,9 @@ const keyPrefix = "sl1:"
 // malformed key or smuggle a command into the text protocol.
 func Key(uri string) string {
 	sum := sha256.Sum256([]byte(uri))
-	return keyPrefix + base64.RawURLEncoding.EncodeToString(sum[:])
+	var buf [len(keyPrefix) + 43]byte // 43: unpadded base64 of 32 bytes
+	b := append(buf[:0], keyPrefix...)
+	return string(base64.RawURLEncoding.AppendEncode(b, sum[:]))
 }
 
 // pick returns the index of the server that owns key by rendezvous

@@ -9,14 +9,15 @@ import (
 	"syscall"
 
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/sluice-dev/sluice/internal/spans"
 )
 
 // Option adjusts a Cache's instrumentation, or turns on distrust.
 type Option func(*options)
 
 type options struct {
-	tracer   trace.Tracer
+	tracer   spans.Tracer
 	log      *slog.Logger
 	distrust bool
 }
@@ -33,8 +34,7 @@ func WithDistrust() Option {
 
 func defaultOptions() options {
 	return options{
-		tracer: noop.NewTracerProvider().Tracer(tracerName),
-		log:    slog.New(slog.DiscardHandler),
+		log: slog.New(slog.DiscardHandler),
 	}
 }
 
@@ -44,7 +44,7 @@ const tracerName = "github.com/sluice-dev/sluice/internal/cache"
 // request's span, with its server, key count and hit count. Default: no
 // spans.
 func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(o *options) { o.tracer = tp.Tracer(tracerName) }
+	return func(o *options) { o.tracer = spans.New(tp, tracerName) }
 }
 
 // WithLogger logs breaker state changes (warn) and failed memcached calls

@@ -61,7 +61,8 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 		return handler(ctx, req)
 	}
 	start := time.Now()
-	client, err := s.identify(ctx)
+	id := s.identifyOnce(ctx)
+	client, err := id.client, id.err
 	if err != nil {
 		s.observer.Rejected(ctx, Request{Client: identity.Unknown, Method: info.FullMethod}, ReasonIdentity)
 		return nil, status.Errorf(codes.PermissionDenied, "%s: %v", shortName(info.FullMethod), err)

@@ -312,7 +312,8 @@ func (s *Server) tapHandle(ctx context.Context, info *tap.Info) (context.Context
 	}
 	for p := mem.peakStreams.Load(); n > p && !mem.peakStreams.CompareAndSwap(p, n); p = mem.peakStreams.Load() {
 	}
-	client := s.tapClient(ctx)
+	id := s.identifyOnce(ctx)
+	client := id.tapName()
 	w, ok := s.reservation(info.FullMethodName, client)
 	if !ok {
 		context.AfterFunc(ctx, func() { mem.streams.Add(-1) })
@@ -332,18 +333,41 @@ func (s *Server) tapHandle(ctx context.Context, info *tap.Info) (context.Context
 		res.Release()
 		mem.streams.Add(-1)
 	})
-	return context.WithValue(ctx, receivingKey{}, &receiving{res: res}), nil
+	return context.WithValue(ctx, receivingKey{}, &receiving{res: res, caller: id}), nil
 }
 
 // tapClient names the caller as the interceptor will; a caller that may
 // not call is refused there, with PermissionDenied, and is counted here
 // as unknown.
 func (s *Server) tapClient(ctx context.Context) string {
-	client, err := s.identify(ctx)
-	if err != nil {
+	return s.identifyOnce(ctx).tapName()
+}
+
+// identified is the caller's identity as s.identify gave it.
+type identified struct {
+	client string
+	err    error
+}
+
+// tapName is the caller's name, or identity.Unknown for a caller that may
+// not call.
+func (id identified) tapName() string {
+	if id.err != nil {
 		return identity.Unknown
 	}
-	return client
+	return id.client
+}
+
+// identifyOnce names the caller. The stream's tap names it first and
+// keeps the answer in the stream's context, so the interceptor and the
+// request decoder that come after it read it from there instead of
+// reading the metadata again.
+func (s *Server) identifyOnce(ctx context.Context) identified {
+	if r, ok := ctx.Value(receivingKey{}).(*receiving); ok {
+		return r.caller
+	}
+	client, err := s.identify(ctx)
+	return identified{client: client, err: err}
 }
 
 // reservation is what a stream of fullMethod reserves, and false for the
@@ -402,11 +426,12 @@ func received(ctx context.Context, keep membudget.Bytes) {
 	}
 }
 
-// receiving is a stream's request-bytes reservation; kept once part of
-// it is held until the stream ends.
+// receiving is a stream's request-bytes reservation, kept once part of
+// it is held until the stream ends, and the caller the tap named.
 type receiving struct {
-	res  *membudget.Reservation
-	kept atomic.Bool
+	res    *membudget.Reservation
+	kept   atomic.Bool
+	caller identified // the tap's identification of the caller
 }
 
 // decodedBytes is what a decoded request of n items held in wire bytes

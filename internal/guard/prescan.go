@@ -134,11 +134,11 @@ func (s *Server) limitOf(m *method) func(context.Context) int {
 		return func(context.Context) int { return m.policy.MaxItems }
 	}
 	return func(ctx context.Context) int {
-		client, err := s.identify(ctx)
-		if err != nil {
+		id := s.identifyOnce(ctx)
+		if id.err != nil {
 			return m.policy.MaxItems
 		}
-		return s.maxItemsFor(m, client)
+		return s.maxItemsFor(m, id.client)
 	}
 }
 

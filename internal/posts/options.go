@@ -4,14 +4,15 @@ import (
 	"log/slog"
 
 	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/sluice-dev/sluice/internal/spans"
 )
 
 // Option adjusts a Service's instrumentation; it changes no behaviour.
 type Option func(*options)
 
 type options struct {
-	tracer          trace.Tracer
+	tracer          spans.Tracer
 	log             *slog.Logger
 	afterStoreWrite func(uris []string)
 }
@@ -19,14 +20,14 @@ type options struct {
 const tracerName = "github.com/sluice-dev/sluice/internal/posts"
 
 func defaultOptions() options {
-	return options{tracer: noop.NewTracerProvider().Tracer(tracerName), log: slog.New(slog.DiscardHandler), afterStoreWrite: func([]string) {}}
+	return options{log: slog.New(slog.DiscardHandler), afterStoreWrite: func([]string) {}}
 }
 
 // WithTracerProvider gives each read a span (posts.Get: client, batch
 // size, unique URIs, cache hits) with a child span for its store reads
 // (store.read: URIs read, found, failed). Default: no spans.
 func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(o *options) { o.tracer = tp.Tracer(tracerName) }
+	return func(o *options) { o.tracer = spans.New(tp, tracerName) }
 }
 
 // WithLogger logs failed store reads and writes (component=store) and

@@ -160,14 +160,16 @@ func (s *Service) validate(uris []string) error {
 
 // read answers each unique URI from the cache or the store, in a span.
 func (s *Service) read(ctx context.Context, uris []string) (map[string]Result, Counts, error) {
-	ctx, span := s.opts.tracer.Start(ctx, "posts.Get", trace.WithAttributes(
-		attribute.String("sluice.client", identity.Client(ctx)),
-		attribute.Int("sluice.batch.size", len(uris))))
+	ctx, span := s.opts.tracer.Start(ctx, "posts.Get", trace.SpanKindInternal, func() []attribute.KeyValue {
+		return []attribute.KeyValue{attribute.String("sluice.client", identity.Client(ctx)), attribute.Int("sluice.batch.size", len(uris))}
+	})
 	defer span.End()
 	results := make(map[string]Result, len(uris))
 	var misses []string
 	hits := s.cache.GetMulti(ctx, uris)
-	span.SetAttributes(attribute.Int("sluice.cache.hits", len(hits)))
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Int("sluice.cache.hits", len(hits)))
+	}
 	for _, uri := range uris {
 		if r, ok := decodeEntry(uri, hits); ok {
 			results[uri] = r
@@ -203,7 +205,9 @@ func (s *Service) loadAll(ctx context.Context, uris []string) ([]Result, error) 
 	if len(uris) == 0 {
 		return nil, nil
 	}
-	ctx, span := s.opts.tracer.Start(ctx, "store.read", trace.WithAttributes(attribute.Int("sluice.batch.size", len(uris))))
+	ctx, span := s.opts.tracer.Start(ctx, "store.read", trace.SpanKindInternal, func() []attribute.KeyValue {
+		return []attribute.KeyValue{attribute.Int("sluice.batch.size", len(uris))}
+	})
 	defer span.End()
 	reqCtx := ctx
 	ctx, cancel := storeContext(ctx)
@@ -230,7 +234,9 @@ func (s *Service) loadAll(ctx context.Context, uris []string) ([]Result, error) 
 			found++
 		}
 	}
-	span.SetAttributes(attribute.Int("sluice.store.found", found))
+	if span.IsRecording() {
+		span.SetAttributes(attribute.Int("sluice.store.found", found))
+	}
 	return out, nil
 }
 

@@ -66,11 +66,24 @@ type seriesKey struct{ client, method string }
 
 // series holds the precomputed measurement options of one pair.
 type series struct {
-	base    metric.MeasurementOption                   // client, service, method
-	reasons map[string]metric.MeasurementOption        // + reason, for every RejectionReasons and Other
-	sources [len(sourceNames)]metric.MeasurementOption // + source: cache, store, not_found, invalid
-	codes   [codeCount]atomic.Pointer[metric.MeasurementOption]
+	base    options                   // client, service, method
+	reasons map[string]options        // + reason, for every RejectionReasons and Other
+	sources [len(sourceNames)]options // + source: cache, store, not_found, invalid
+	codes   [codeCount]atomic.Pointer[options]
 	attrs   []attribute.KeyValue
+}
+
+// options is one attribute set as the option lists that Add and Record
+// take. Passing a list built once, rather than one option, spares each
+// measurement the allocation of its variadic list.
+type options struct {
+	add    []metric.AddOption
+	record []metric.RecordOption
+}
+
+func optionsOf(attrs ...attribute.KeyValue) options {
+	o := metric.WithAttributeSet(attribute.NewSet(attrs...))
+	return options{add: []metric.AddOption{o}, record: []metric.RecordOption{o}}
 }
 
 // codeCount bounds the gRPC codes kept precomputed (codes.Unauthenticated
@@ -132,10 +145,10 @@ func (r *Requests) seriesOf(ctx context.Context, client, fullMethod string) *ser
 	v, loaded := r.series.LoadOrStore(key, se)
 	if !loaded {
 		for _, reason := range RejectionReasons {
-			r.rejections.Add(ctx, 0, se.reasons[reason])
-			r.rejectedItems.Add(ctx, 0, se.reasons[reason])
+			r.rejections.Add(ctx, 0, se.reasons[reason].add...)
+			r.rejectedItems.Add(ctx, 0, se.reasons[reason].add...)
 		}
-		r.slow.Add(ctx, 0, se.base)
+		r.slow.Add(ctx, 0, se.base.add...)
 	}
 	return v.(*series)
 }
@@ -146,10 +159,10 @@ func newSeries(key seriesKey) *series {
 		attribute.String("service", serviceOf(key.method)),
 		attribute.String("method", shortMethod(key.method)),
 	}
-	with := func(kv attribute.KeyValue) metric.MeasurementOption {
-		return metric.WithAttributeSet(attribute.NewSet(append(slices.Clip(attrs), kv)...))
+	with := func(kv attribute.KeyValue) options {
+		return optionsOf(append(slices.Clip(attrs), kv)...)
 	}
-	se := &series{base: metric.WithAttributeSet(attribute.NewSet(attrs...)), reasons: map[string]metric.MeasurementOption{}, attrs: attrs}
+	se := &series{base: optionsOf(attrs...), reasons: map[string]options{}, attrs: attrs}
 	for _, reason := range append(slices.Clip(RejectionReasons), Other) {
 		se.reasons[reason] = with(attribute.String("reason", reason))
 	}
@@ -160,14 +173,14 @@ func newSeries(key seriesKey) *series {
 }
 
 // code returns the option of the pair with code c, building it once.
-func (se *series) code(c codes.Code) metric.MeasurementOption {
+func (se *series) code(c codes.Code) options {
 	if int(c) >= codeCount {
-		return metric.WithAttributeSet(attribute.NewSet(append(slices.Clip(se.attrs), attribute.String("code", c.String()))...))
+		return optionsOf(append(slices.Clip(se.attrs), attribute.String("code", c.String()))...)
 	}
 	if p := se.codes[c].Load(); p != nil {
 		return *p
 	}
-	opt := metric.WithAttributeSet(attribute.NewSet(append(slices.Clip(se.attrs), attribute.String("code", c.String()))...))
+	opt := optionsOf(append(slices.Clip(se.attrs), attribute.String("code", c.String()))...)
 	se.codes[c].Store(&opt)
 	return opt
 }
@@ -179,21 +192,21 @@ func (r *Requests) Rejected(ctx context.Context, req guard.Request, reason strin
 	if !ok {
 		reason, code = Other, codes.Unavailable
 	}
-	r.batchSize.Record(ctx, int64(req.Items), se.base)
-	r.rejections.Add(ctx, 1, se.reasons[reason])
-	r.rejectedItems.Add(ctx, int64(req.Items), se.reasons[reason])
-	r.requests.Add(ctx, 1, se.code(code))
+	r.batchSize.Record(ctx, int64(req.Items), se.base.record...)
+	r.rejections.Add(ctx, 1, se.reasons[reason].add...)
+	r.rejectedItems.Add(ctx, int64(req.Items), se.reasons[reason].add...)
+	r.requests.Add(ctx, 1, se.code(code).add...)
 	r.t.stats.rejected(req.Client, req.Items, reason)
 }
 
 // Finished implements guard.Observer.
 func (r *Requests) Finished(ctx context.Context, req guard.Request, code codes.Code, elapsed time.Duration) {
 	se := r.seriesOf(ctx, req.Client, req.Method)
-	r.batchSize.Record(ctx, int64(req.Items), se.base)
-	r.duration.Record(ctx, elapsed.Seconds(), se.base)
-	r.requests.Add(ctx, 1, se.code(code))
+	r.batchSize.Record(ctx, int64(req.Items), se.base.record...)
+	r.duration.Record(ctx, elapsed.Seconds(), se.base.record...)
+	r.requests.Add(ctx, 1, se.code(code).add...)
 	if code == codes.OK && r.slowAfter > 0 && elapsed > r.slowAfter {
-		r.slow.Add(ctx, 1, se.base)
+		r.slow.Add(ctx, 1, se.base.add...)
 	}
 	r.t.stats.finished(req.Client, req.Items, code != codes.OK, elapsed)
 }
@@ -209,7 +222,7 @@ func (r *Requests) RecordItems(ctx context.Context, method string, c posts.Count
 	r.t.stats.served(client, c.FromCache, c.FromStore, c.NotFound+c.Invalid)
 	for i, n := range [len(sourceNames)]int{c.FromCache, c.FromStore, c.NotFound, c.Invalid} {
 		if n > 0 {
-			r.items.Add(ctx, int64(n), se.sources[i])
+			r.items.Add(ctx, int64(n), se.sources[i].add...)
 		}
 	}
 }

@@ -24,11 +24,11 @@ var _ store.Store = (*Store)(nil)
 // The op attribute of sluice.store.read.duration and the result attribute
 // of sluice.store.reads, built once.
 var (
-	readGet      = metric.WithAttributeSet(attribute.NewSet(attribute.String("op", "get")))
-	readGetMany  = metric.WithAttributeSet(attribute.NewSet(attribute.String("op", "get_many")))
-	readFound    = metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "found")))
-	readNotFound = metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "not_found")))
-	readFailed   = metric.WithAttributeSet(attribute.NewSet(attribute.String("result", "error")))
+	readGet      = optionsOf(attribute.String("op", "get")).record
+	readGetMany  = optionsOf(attribute.String("op", "get_many")).record
+	readFound    = optionsOf(attribute.String("result", "found")).add
+	readNotFound = optionsOf(attribute.String("result", "not_found")).add
+	readFailed   = optionsOf(attribute.String("result", "error")).add
 )
 
 // InstrumentStore returns s with metrics. When s reads in batches
@@ -68,7 +68,7 @@ func (t *Telemetry) instrumentStore(s store.Store) (*Store, error) {
 func (s *Store) Get(ctx context.Context, uri string) (store.Record, error) {
 	start := time.Now()
 	rec, err := s.Store.Get(ctx, uri)
-	s.duration.Record(ctx, time.Since(start).Seconds(), readGet)
+	s.duration.Record(ctx, time.Since(start).Seconds(), readGet...)
 	result := readFound
 	switch {
 	case errors.Is(err, store.ErrNotFound):
@@ -76,7 +76,7 @@ func (s *Store) Get(ctx context.Context, uri string) (store.Record, error) {
 	case err != nil:
 		result = readFailed
 	}
-	s.reads.Add(ctx, 1, result)
+	s.reads.Add(ctx, 1, result...)
 	return rec, err
 }
 
@@ -93,9 +93,9 @@ var _ store.BatchReader = (*BatchStore)(nil)
 func (s *BatchStore) GetMany(ctx context.Context, uris []string) (map[string]store.Record, error) {
 	start := time.Now()
 	recs, err := s.batch.GetMany(ctx, uris)
-	s.duration.Record(ctx, time.Since(start).Seconds(), readGetMany)
+	s.duration.Record(ctx, time.Since(start).Seconds(), readGetMany...)
 	if err != nil {
-		s.reads.Add(ctx, int64(len(uris)), readFailed)
+		s.reads.Add(ctx, int64(len(uris)), readFailed...)
 		return nil, err
 	}
 	found := 0
@@ -104,9 +104,9 @@ func (s *BatchStore) GetMany(ctx context.Context, uris []string) (map[string]sto
 			found++
 		}
 	}
-	s.reads.Add(ctx, int64(found), readFound)
+	s.reads.Add(ctx, int64(found), readFound...)
 	if missing := len(uris) - found; missing > 0 {
-		s.reads.Add(ctx, int64(missing), readNotFound)
+		s.reads.Add(ctx, int64(missing), readNotFound...)
 	}
 	return recs, nil
 }

@@ -15,6 +15,8 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	nooptrace "go.opentelemetry.io/otel/trace/noop"
 	"google.golang.org/grpc"
+
+	"github.com/sluice-dev/sluice/internal/spans"
 )
 
 // DefaultTraceSampleRatio is the share of new traces sampled unless the
@@ -72,7 +74,7 @@ func (t *Tracing) Shutdown(ctx context.Context) error { return t.shutdown(ctx) }
 // pays nothing per RPC for it. The handler's own RPC metrics are off:
 // sluice's request metrics carry the client label.
 func ServerOptions(tp trace.TracerProvider) []grpc.ServerOption {
-	if _, off := tp.(nooptrace.TracerProvider); off {
+	if !spans.On(tp) {
 		return nil
 	}
 	return []grpc.ServerOption{grpc.StatsHandler(otelgrpc.NewServerHandler(
