@@ -162,6 +162,9 @@ func (c *Cache) GetMulti(ctx context.Context, uris []string) map[string]Entry {
 // getOne is GetMulti of a single URI: one get on the key's server,
 // without grouping keys by server first.
 func (c *Cache) getOne(ctx context.Context, uri string) map[string]Entry {
+	if ctx.Err() != nil {
+		return map[string]Entry{} // as GetMulti: no call once the caller has gone
+	}
 	key := Key(uri)
 	ch := chunk{srv: c.owner(key), keys: []string{key}}
 	sent := time.Now()

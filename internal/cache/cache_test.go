@@ -234,8 +234,9 @@ func TestExpiredContextReturnsPromptly(t *testing.T) {
 	}
 	// No call reached memcached and none waited for a connection.
 	after := c.Stats()[0]
-	if after.Hits != before.Hits || after.Misses != before.Misses || after.Dials != before.Dials || after.Waits != before.Waits {
-		t.Errorf("stats went from %+v to %+v with an ended context, want no gets, dials or waits", before, after)
+	if after.Hits != before.Hits || after.Misses != before.Misses || after.Dials != before.Dials || after.Waits != before.Waits ||
+		after.WaitExpired != before.WaitExpired || after.Skipped != before.Skipped {
+		t.Errorf("stats went from %+v to %+v with an ended context, want no gets, dials, waits, expired waits or skips", before, after)
 	}
 	if s := sumStats(c); s.InUse != 0 || s.Errors != 0 {
 		t.Errorf("stats = %+v, want nothing in use and no errors", s)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,9 +20,12 @@ import (
 // the name identify returns, and a refusal is PermissionDenied with its
 // reason, decided before the shape check (a malformed request from a
 // refused caller learns nothing about the shape rules) and before the
-// handler runs.
+// handler runs. The caller is identified once per call: the stream's tap
+// names it, and the request decoder and the interceptor reuse that name.
 func TestWithIdentity(t *testing.T) {
+	var identified atomic.Int64
 	identify := func(ctx context.Context) (string, error) {
+		identified.Add(1)
 		md, _ := metadata.FromIncomingContext(ctx)
 		if len(md.Get("x-cert")) == 0 {
 			return "", &identity.DeniedError{Reason: "no certificate"}
@@ -36,6 +40,9 @@ func TestWithIdentity(t *testing.T) {
 	}
 	if got := <-f.impl.clients; got != "cert:feed" {
 		t.Errorf("handler saw client %q, want the identified cert:feed", got)
+	}
+	if n := identified.Load(); n != 1 {
+		t.Errorf("the caller was identified %d times for one call, want once", n)
 	}
 
 	// Refused callers, on both methods: neither handler may run.

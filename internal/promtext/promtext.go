@@ -67,6 +67,19 @@ func (f Families) Sum(name string, want map[string]string) float64 {
 	return total
 }
 
+// Count returns how many of family name's series have labels that
+// include every pair in want (nil: all series): 0 tells a series that is
+// absent from one that is there with the value 0.
+func (f Families) Count(name string, want map[string]string) int {
+	n := 0
+	for _, m := range f[name].GetMetric() {
+		if hasLabels(m, want) {
+			n++
+		}
+	}
+	return n
+}
+
 func hasLabels(m *dto.Metric, want map[string]string) bool {
 	got := make(map[string]string, len(m.GetLabel()))
 	for _, l := range m.GetLabel() {

@@ -30,22 +30,26 @@ func TestScrapeAndSum(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
-		name string
-		want map[string]string
-		sum  float64
+		name  string
+		want  map[string]string
+		sum   float64
+		count int
 	}{
-		{"reqs_total", nil, 10},
-		{"reqs_total", map[string]string{"client": "feed"}, 5},
-		{"reqs_total", map[string]string{"client": "feed", "code": "OK"}, 3},
-		{"reqs_total", map[string]string{"client": "nobody"}, 0},
-		{"conns", nil, 7},
-		{"lat", nil, 6},
-		{"loose", nil, 12},
-		{"loose", map[string]string{"state": "TIME_WAIT"}, 4},
-		{"absent", nil, 0},
+		{"reqs_total", nil, 10, 3},
+		{"reqs_total", map[string]string{"client": "feed"}, 5, 2},
+		{"reqs_total", map[string]string{"client": "feed", "code": "OK"}, 3, 1},
+		{"reqs_total", map[string]string{"client": "nobody"}, 0, 0},
+		{"conns", nil, 7, 1},
+		{"lat", nil, 6, 1},
+		{"loose", nil, 12, 2},
+		{"loose", map[string]string{"state": "TIME_WAIT"}, 4, 1},
+		{"absent", nil, 0, 0},
 	} {
 		if got := fams.Sum(tc.name, tc.want); got != tc.sum {
 			t.Errorf("Sum(%s, %v) = %v, want %v", tc.name, tc.want, got, tc.sum)
+		}
+		if got := fams.Count(tc.name, tc.want); got != tc.count {
+			t.Errorf("Count(%s, %v) = %v, want %v", tc.name, tc.want, got, tc.count)
 		}
 	}
 }

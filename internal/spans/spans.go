@@ -38,14 +38,19 @@ func On(tp trace.TracerProvider) bool {
 	return !off
 }
 
+// offSpan is the span Start returns with tracing off: the shared no-op
+// span, which records nothing. It is never the caller's own span, which
+// belongs to whoever started it and must not be ended here.
+var offSpan = trace.SpanFromContext(context.Background())
+
 // Start starts a span of kind named name with the attributes attrs
 // returns, a child of ctx's span. With tracing off it calls nothing and
-// returns ctx and the span ctx already holds (a no-op span when there is
-// none), so End and SetStatus on it are free; guard SetAttributes with
-// span.IsRecording, since building its arguments is not.
+// returns ctx as it is and a no-op span, so End and SetStatus on it are
+// free; guard SetAttributes with span.IsRecording, since building its
+// arguments is not.
 func (t Tracer) Start(ctx context.Context, name string, kind trace.SpanKind, attrs func() []attribute.KeyValue) (context.Context, trace.Span) {
 	if t.tracer == nil {
-		return ctx, trace.SpanFromContext(ctx)
+		return ctx, offSpan
 	}
 	return t.tracer.Start(ctx, name, trace.WithSpanKind(kind), trace.WithAttributes(attrs()...))
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -62,5 +63,28 @@ func TestOnRecordsTheSpan(t *testing.T) {
 	}
 	if attrs := child.Attributes(); len(attrs) != 1 || attrs[0] != attribute.Int("n", 7) {
 		t.Errorf("attributes %v, want n=7", attrs)
+	}
+}
+
+// Tests that with tracing off the span Start returns is not the caller's:
+// ending it, or setting its status, leaves a recording parent (a server
+// span another package started) running and untouched.
+func TestOffLeavesTheCallersSpanAlone(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	defer tp.Shutdown(context.Background())
+	ctx, parent := tp.Tracer("server").Start(context.Background(), "server")
+	_, span := spans.New(noop.NewTracerProvider(), "test").Start(ctx, "child", trace.SpanKindInternal, nil)
+	if span.IsRecording() {
+		t.Fatal("the span of tracing off records: it is the caller's span")
+	}
+	span.SetStatus(codes.Error, "failed")
+	span.End()
+	if !parent.IsRecording() {
+		t.Fatal("ending the span of tracing off ended the caller's span")
+	}
+	parent.End()
+	if got := rec.Ended(); len(got) != 1 || got[0].Status().Code != codes.Unset {
+		t.Errorf("ended spans %v; want the caller's alone, its status unset", got)
 	}
 }

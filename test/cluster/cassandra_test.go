@@ -232,6 +232,19 @@ func heldUpBy(m promtext.Families, host string) int {
 	return n
 }
 
+// heldDownBy returns how many of the driver's sessions report host and
+// hold it down: a session whose series is missing does not count.
+func heldDownBy(m promtext.Families, host string) int {
+	n := 0
+	for _, s := range driverSessions {
+		want := map[string]string{"host": host, "session": s}
+		if m.Count("sluice_cql_host_up", want) == 1 && m.Sum("sluice_cql_host_up", want) == 0 {
+			n++
+		}
+	}
+	return n
+}
+
 // waitDown waits until every session of sluice's driver holds every host
 // of idx down: until then the read session may still send a read to a
 // node that has gone.
@@ -242,7 +255,7 @@ func waitDown(t *testing.T, r *replica, hosts []string, idx ...int) {
 	for ctx.Err() == nil {
 		m, down := r.metrics(t), 0
 		for _, i := range idx {
-			if heldUpBy(m, hosts[i]) == 0 {
+			if heldDownBy(m, hosts[i]) == len(driverSessions) {
 				down++
 			}
 		}
