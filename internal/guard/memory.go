@@ -307,7 +307,7 @@ func (s *Server) tapHandle(ctx context.Context, info *tap.Info) (context.Context
 	if n > mem.plan.Streams {
 		mem.streams.Add(-1)
 		mem.refusedStreams.Add(1)
-		s.observer.Rejected(ctx, Request{Client: s.tapClient(ctx), Method: info.FullMethodName}, ReasonMemory)
+		s.observer.Rejected(ctx, Request{Client: s.identifyOnce(ctx).tapName(), Method: info.FullMethodName}, ReasonMemory)
 		return nil, overloaded(name, fmt.Sprintf("%d streams are open, the process-wide cap (max_streams)", mem.plan.Streams), mem.retry)
 	}
 	for p := mem.peakStreams.Load(); n > p && !mem.peakStreams.CompareAndSwap(p, n); p = mem.peakStreams.Load() {
@@ -336,21 +336,15 @@ func (s *Server) tapHandle(ctx context.Context, info *tap.Info) (context.Context
 	return context.WithValue(ctx, receivingKey{}, &receiving{res: res, caller: id}), nil
 }
 
-// tapClient names the caller as the interceptor will; a caller that may
-// not call is refused there, with PermissionDenied, and is counted here
-// as unknown.
-func (s *Server) tapClient(ctx context.Context) string {
-	return s.identifyOnce(ctx).tapName()
-}
-
 // identified is the caller's identity as s.identify gave it.
 type identified struct {
 	client string
 	err    error
 }
 
-// tapName is the caller's name, or identity.Unknown for a caller that may
-// not call.
+// tapName names the caller as the interceptor will; a caller that may
+// not call is refused there, with PermissionDenied, and is counted in the
+// tap as identity.Unknown.
 func (id identified) tapName() string {
 	if id.err != nil {
 		return identity.Unknown
