@@ -120,23 +120,33 @@ func open(ctx context.Context, cfg Config) (*Store, error) {
 }
 
 // sessionPair is the read and the write session, replaced together.
-type sessionPair struct{ read, write *gocql.Session }
+// Both report host state to the store's tracker until the pair is
+// retired, just before it is closed.
+type sessionPair struct {
+	read, write *gocql.Session
+	retired     *atomic.Bool
+}
 
 // openSessions connects a read session at rc and a write session at wc.
 func openSessions(cfg Config, rc, wc gocql.Consistency, hosts *hostTracker) (*sessionPair, error) {
-	read, err := openSession(cfg, rc, hosts, ReadSession)
+	retired := new(atomic.Bool)
+	read, err := openSession(cfg, rc, viewOf(hosts, ReadSession, retired))
 	if err != nil {
 		return nil, err
 	}
-	write, err := openSession(cfg, wc, hosts, WriteSession)
+	write, err := openSession(cfg, wc, viewOf(hosts, WriteSession, retired))
 	if err != nil {
+		retired.Store(true)
 		read.Close()
 		return nil, err
 	}
-	return &sessionPair{read: read, write: write}, nil
+	return &sessionPair{read: read, write: write, retired: retired}, nil
 }
 
+// close retires the pair, so that what its sessions report while they
+// shut down no longer counts, and closes both.
 func (p *sessionPair) close() {
+	p.retired.Store(true)
 	p.read.Close()
 	p.write.Close()
 }
@@ -144,9 +154,10 @@ func (p *sessionPair) close() {
 func (s *Store) read() *gocql.Session  { return s.sessions.Load().read }
 func (s *Store) write() *gocql.Session { return s.sessions.Load().write }
 
-// openSession connects one session, in role, at consistency cl.
-func openSession(cfg Config, cl gocql.Consistency, hosts *hostTracker, role Session) (*gocql.Session, error) {
-	s, err := cfg.cluster(cl, hosts, role).CreateSession()
+// openSession connects one session at consistency cl, reporting host
+// state to view.
+func openSession(cfg Config, cl gocql.Consistency, view hostView) (*gocql.Session, error) {
+	s, err := cfg.cluster(cl, view).CreateSession()
 	if err != nil {
 		hint := ""
 		if cfg.Keyspace != "" {

@@ -127,7 +127,7 @@ type observer struct {
 }
 
 func (o observer) ObserveQuery(ctx context.Context, q gocql.ObservedQuery) {
-	if q.Host != nil {
+	if q.Host != nil && o.t != nil {
 		if c := o.t.host(q.Host); c != nil {
 			c.queries.Add(1)
 			if q.Err != nil {
@@ -140,31 +140,54 @@ func (o observer) ObserveQuery(ctx context.Context, q gocql.ObservedQuery) {
 	}
 }
 
-// watchedPolicy is one session's host-selection policy; it tells the
-// tracker of every host that session adds, removes, marks up or marks
-// down.
-type watchedPolicy struct {
-	gocql.HostSelectionPolicy
+// hostView is where one session reports what it sees: the tracker
+// (nil for a session nobody reads the figures of, such as a schema
+// change's), the session's role, and whether its pair has been retired.
+// A session pair that has been replaced is retired before it is closed,
+// so nothing it reports while closing overwrites the view of the pair
+// that replaced it.
+type hostView struct {
 	t       *hostTracker
 	session Session
+	retired *atomic.Bool
+}
+
+// viewOf is the view of role in t while retired is false.
+func viewOf(t *hostTracker, role Session, retired *atomic.Bool) hostView {
+	return hostView{t: t, session: role, retired: retired}
+}
+
+func (v hostView) setUp(h *gocql.HostInfo, up bool) {
+	if v.t == nil || (v.retired != nil && v.retired.Load()) {
+		return
+	}
+	v.t.setUp(h, v.session, up)
+}
+
+// watchedPolicy is one session's host-selection policy; it tells the
+// session's view of every host the session adds, removes, marks up or
+// marks down.
+type watchedPolicy struct {
+	gocql.HostSelectionPolicy
+	view hostView
 }
 
 func (p watchedPolicy) AddHost(h *gocql.HostInfo) {
-	p.t.setUp(h, p.session, true)
+	p.view.setUp(h, true)
 	p.HostSelectionPolicy.AddHost(h)
 }
 
 func (p watchedPolicy) RemoveHost(h *gocql.HostInfo) {
-	p.t.setUp(h, p.session, false)
+	p.view.setUp(h, false)
 	p.HostSelectionPolicy.RemoveHost(h)
 }
 
 func (p watchedPolicy) HostUp(h *gocql.HostInfo) {
-	p.t.setUp(h, p.session, true)
+	p.view.setUp(h, true)
 	p.HostSelectionPolicy.HostUp(h)
 }
 
 func (p watchedPolicy) HostDown(h *gocql.HostInfo) {
-	p.t.setUp(h, p.session, false)
+	p.view.setUp(h, false)
 	p.HostSelectionPolicy.HostDown(h)
 }
