@@ -11,7 +11,8 @@ import (
 // back when the transport frees it, after writing it out.
 type sizedResponse struct {
 	proto.Message
-	res *membudget.Reservation
+	size int // proto.Size, as reserved; it also fills the message's size cache
+	res  *membudget.Reservation
 }
 
 // holdResponse reserves resp's wire size before it is marshalled, or
@@ -22,19 +23,20 @@ func (s *Server) holdResponse(fullMethod, client string, resp any, err error) (a
 	if err != nil || !ok || msg == nil {
 		return resp, err
 	}
-	res, refusal := s.mem.responses.Reserve(client, membudget.Bytes(proto.Size(msg)))
+	size := proto.Size(msg)
+	res, refusal := s.mem.responses.Reserve(client, membudget.Bytes(size))
 	if refusal != nil {
 		return nil, s.mem.refuse(shortName(fullMethod), refusal)
 	}
-	return &sizedResponse{Message: msg, res: res}, nil
+	return &sizedResponse{Message: msg, size: size, res: res}, nil
 }
 
 // marshalSized marshals r into one pooled buffer whose last Free gives
-// r's reservation back.
+// r's reservation back. The message's sizes were computed when it was
+// reserved, so the marshal reuses them.
 func marshalSized(r *sizedResponse) (mem.BufferSlice, error) {
-	size := proto.Size(r.Message)
 	pool := releasingPool{BufferPool: mem.DefaultBufferPool(), res: r.res}
-	buf := pool.BufferPool.Get(size)
+	buf := pool.BufferPool.Get(r.size)
 	out, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend((*buf)[:0], r.Message)
 	if err != nil {
 		pool.Put(buf)

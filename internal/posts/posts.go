@@ -137,14 +137,17 @@ func (s *Service) GetEncoded(ctx context.Context, uris []string) ([]Result, Coun
 	if err := s.validate(uris); err != nil {
 		return nil, Counts{}, err
 	}
-	unique := dedupe(uris)
+	unique, at := positions(uris)
 	found, counts, err := s.read(ctx, unique)
 	if err != nil {
 		return nil, Counts{}, err
 	}
+	if at == nil {
+		return found, counts, nil // no URI repeats: the answers are in request order
+	}
 	out := make([]Result, len(uris))
-	for i, uri := range uris {
-		out[i] = found[uri]
+	for i, j := range at {
+		out[i] = found[j]
 	}
 	return out, counts, nil
 }
@@ -158,24 +161,27 @@ func (s *Service) validate(uris []string) error {
 	return nil
 }
 
-// read answers each unique URI from the cache or the store, in a span.
-func (s *Service) read(ctx context.Context, uris []string) (map[string]Result, Counts, error) {
+// read answers each unique URI from the cache or the store, in a span;
+// the answers are aligned with uris.
+func (s *Service) read(ctx context.Context, uris []string) ([]Result, Counts, error) {
 	ctx, span := s.opts.tracer.Start(ctx, "posts.Get", trace.SpanKindInternal, func() []attribute.KeyValue {
 		return []attribute.KeyValue{attribute.String("sluice.client", identity.Client(ctx)), attribute.Int("sluice.batch.size", len(uris))}
 	})
 	defer span.End()
-	results := make(map[string]Result, len(uris))
+	results := make([]Result, len(uris))
 	var misses []string
+	var missAt []int // misses[k] is uris[missAt[k]]
 	hits := s.cache.GetMulti(ctx, uris)
 	if span.IsRecording() {
 		span.SetAttributes(attribute.Int("sluice.cache.hits", len(hits)))
 	}
-	for _, uri := range uris {
+	for i, uri := range uris {
 		if r, ok := decodeEntry(uri, hits); ok {
-			results[uri] = r
+			results[i] = r
 			continue
 		}
 		misses = append(misses, uri)
+		missAt = append(missAt, i)
 	}
 	loaded, err := s.loadAll(ctx, misses)
 	if err != nil {
@@ -186,9 +192,9 @@ func (s *Service) read(ctx context.Context, uris []string) (map[string]Result, C
 		return results, count(results), nil
 	}
 	fills := make(map[string]cache.Entry, len(loaded))
-	for i, uri := range misses {
-		results[uri] = loaded[i]
-		fills[uri] = encodeEntry(loaded[i])
+	for k, uri := range misses {
+		results[missAt[k]] = loaded[k]
+		fills[uri] = encodeEntry(loaded[k])
 	}
 	s.cache.Fill(ctx, fills)
 	return results, count(results), nil
@@ -330,6 +336,43 @@ func isContextErr(err error) bool {
 	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
+// positions returns the distinct URIs of uris in first-seen order and,
+// when some URI repeats, where each of uris is in that list (nil when
+// none does, so the list is uris itself).
+func positions(uris []string) (unique []string, at []int) {
+	if len(uris) < 2 {
+		return uris, nil
+	}
+	first := make(map[string]int, len(uris))
+	for i, uri := range uris {
+		if _, ok := first[uri]; ok {
+			return positionsWithRepeats(uris, first, i)
+		}
+		first[uri] = i
+	}
+	return uris, nil
+}
+
+// positionsWithRepeats finishes positions for uris whose URIs up to
+// repeat (the first repeated one) are in first, by their index.
+func positionsWithRepeats(uris []string, first map[string]int, repeat int) ([]string, []int) {
+	unique := append(make([]string, 0, len(uris)), uris[:repeat]...)
+	at := make([]int, len(uris))
+	for i := range repeat {
+		at[i] = i
+	}
+	for i := repeat; i < len(uris); i++ {
+		j, ok := first[uris[i]]
+		if !ok {
+			j = len(unique)
+			first[uris[i]] = j
+			unique = append(unique, uris[i])
+		}
+		at[i] = j
+	}
+	return unique, at
+}
+
 func dedupe(uris []string) []string {
 	seen := make(map[string]struct{}, len(uris))
 	out := make([]string, 0, len(uris))
@@ -342,7 +385,7 @@ func dedupe(uris []string) []string {
 	return out
 }
 
-func count(results map[string]Result) Counts {
+func count(results []Result) Counts {
 	var c Counts
 	for _, r := range results {
 		switch {

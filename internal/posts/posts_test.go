@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -249,5 +250,68 @@ func TestFailedBatchReadFailsTheRequest(t *testing.T) {
 	_, _, err := svc.Get(testCtx(t, 4), []string{recs[0].URI, recs[1].URI})
 	if !errors.Is(err, store.ErrUnavailable) {
 		t.Fatalf("err = %v, want store.ErrUnavailable", err)
+	}
+}
+
+// Tests that a batch with repeated and missing URIs is answered at every
+// position, in request order, from the store and the cache together and
+// from the cache alone,
+// and that each distinct URI is counted and read once.
+func TestRepeatsAreAnsweredAtEachPosition(t *testing.T) {
+	svc, _, recs := newService(t, 3)
+	missing := "at://did:plc:abcdefghijklmnopqrstuvwx/app.bsky.feed.post/3kmissing"
+	uris := []string{recs[1].URI, recs[0].URI, recs[1].URI, missing, recs[2].URI, missing, recs[0].URI}
+	want := []string{recs[1].URI, recs[0].URI, recs[1].URI, "", recs[2].URI, "", recs[0].URI}
+	if _, _, err := svc.Get(testCtx(t, 8), []string{recs[0].URI}); err != nil {
+		t.Fatal(err) // recs[0] is cached: the first pass mixes hits and misses
+	}
+	for _, pass := range []string{"store and cache", "cache"} {
+		res, counts, err := svc.Get(testCtx(t, 8), uris)
+		if err != nil {
+			t.Fatalf("%s: %v", pass, err)
+		}
+		if len(res) != len(uris) {
+			t.Fatalf("%s: %d results for %d URIs", pass, len(res), len(uris))
+		}
+		for i, r := range res {
+			if r.Record.URI != uris[i] || r.Found != (want[i] != "") {
+				t.Errorf("%s: result %d = %s found=%v, want %s found=%v", pass, i, r.Record.URI, r.Found, uris[i], want[i] != "")
+			}
+			if r.Found && !bytes.Equal(r.Record.JSON, recordByURI(recs, uris[i]).JSON) {
+				t.Errorf("%s: result %d holds another record's JSON", pass, i)
+			}
+		}
+		if got := counts.FromCache + counts.FromStore + counts.NotFound; got != 4 {
+			t.Errorf("%s: counts %+v add up to %d, want the 4 distinct URIs", pass, counts, got)
+		}
+	}
+}
+
+func recordByURI(recs []store.Record, uri string) store.Record {
+	for _, r := range recs {
+		if r.URI == uri {
+			return r
+		}
+	}
+	return store.Record{}
+}
+
+// Tests positions: distinct URIs in first-seen order, and where each
+// request position's URI is among them.
+func TestPositions(t *testing.T) {
+	for _, tc := range []struct {
+		in, unique []string
+		at         []int
+	}{
+		{in: nil, unique: nil},
+		{in: []string{"a"}, unique: []string{"a"}},
+		{in: []string{"a", "b", "c"}, unique: []string{"a", "b", "c"}},
+		{in: []string{"a", "a"}, unique: []string{"a"}, at: []int{0, 0}},
+		{in: []string{"a", "b", "a", "c", "b", "d"}, unique: []string{"a", "b", "c", "d"}, at: []int{0, 1, 0, 2, 1, 3}},
+	} {
+		unique, at := positions(tc.in)
+		if !slices.Equal(unique, tc.unique) || !slices.Equal(at, tc.at) {
+			t.Errorf("positions(%q) = %q, %v; want %q, %v", tc.in, unique, at, tc.unique, tc.at)
+		}
 	}
 }
