@@ -220,24 +220,27 @@ func (d driver) send(ctx context.Context, req request, at time.Time) {
 	ctx, cancel := context.WithTimeout(ctx, d.plan.client.Timeout)
 	defer cancel()
 	ctx = metadata.AppendToOutgoingContext(ctx, "x-client-id", d.plan.client.Name)
-	code := call(ctx, d.client, req)
+	code, message := call(ctx, d.client, req)
 	done := time.Now()
-	d.rec.Done(done, done.Sub(at), code, len(req.uris))
+	d.rec.Done(done, done.Sub(at), code, message, len(req.uris))
 }
 
-// call returns the gRPC code name of one request, or WrongCount when a
-// successful batch response is not aligned with the request.
-func call(ctx context.Context, c sluicev1.PostRecordsClient, req request) string {
+// call returns the gRPC code name of one request and, when it failed,
+// the error's message; WrongCount when a successful batch response is
+// not aligned with the request.
+func call(ctx context.Context, c sluicev1.PostRecordsClient, req request) (code, message string) {
+	var err error
 	if req.method == scenario.GetPostRecord {
-		_, err := c.GetPostRecord(ctx, &sluicev1.GetPostRecordRequest{Uri: req.uris[0]})
-		return status.Code(err).String()
+		_, err = c.GetPostRecord(ctx, &sluicev1.GetPostRecordRequest{Uri: req.uris[0]})
+	} else {
+		var resp *sluicev1.GetPostRecordsResponse
+		resp, err = c.GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: req.uris})
+		if err == nil && len(resp.GetRecords()) != len(req.uris) {
+			return "WrongCount", fmt.Sprintf("%d records for %d URIs", len(resp.GetRecords()), len(req.uris))
+		}
 	}
-	resp, err := c.GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: req.uris})
 	if err != nil {
-		return status.Code(err).String()
+		return status.Code(err).String(), status.Convert(err).Message()
 	}
-	if len(resp.GetRecords()) != len(req.uris) {
-		return "WrongCount"
-	}
-	return "OK"
+	return "OK", ""
 }

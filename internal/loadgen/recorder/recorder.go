@@ -33,6 +33,7 @@ type Recorder struct {
 	latency   *hdrhistogram.Histogram
 	lag       *hdrhistogram.Histogram
 	codes     map[string]int64
+	first     map[string]string // the first error message of each code
 	scheduled int64
 	sent      int64
 	dropped   int64
@@ -57,6 +58,7 @@ func New(name, method string, start time.Time) *Recorder {
 		latency: newHistogram(3),
 		lag:     newHistogram(3),
 		codes:   map[string]int64{},
+		first:   map[string]string{},
 	}
 }
 
@@ -96,9 +98,10 @@ func (r *Recorder) Sent(lag time.Duration) {
 }
 
 // Done records a finished request: when it finished, its latency from
-// the scheduled send time, its gRPC code name ("OK" on success) and the
-// items it answered.
-func (r *Recorder) Done(at time.Time, latency time.Duration, code string, items int) {
+// the scheduled send time, its gRPC code name ("OK" on success), the
+// error's message (kept for the first error of each code) and the items
+// it answered.
+func (r *Recorder) Done(at time.Time, latency time.Duration, code, message string, items int) {
 	v := micros(latency)
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -113,6 +116,9 @@ func (r *Recorder) Done(at time.Time, latency time.Duration, code string, items 
 	} else {
 		r.errors++
 		r.codes[code]++
+		if _, ok := r.first[code]; !ok {
+			r.first[code] = message
+		}
 		sec.errors++
 	}
 	if at.After(r.last) {
@@ -158,7 +164,7 @@ func (r *Recorder) Result() report.Client {
 	c := report.Client{
 		Name: r.name, Method: r.method,
 		Scheduled: r.scheduled, Sent: r.sent, Dropped: r.dropped, Late: r.late,
-		OK: r.ok, Errors: r.errors, Codes: maps.Clone(r.codes), Items: r.items,
+		OK: r.ok, Errors: r.errors, Codes: maps.Clone(r.codes), FirstErrors: maps.Clone(r.first), Items: r.items,
 		Latency: Summarize(r.latency),
 		SendLag: Summarize(r.lag),
 	}

@@ -1,6 +1,8 @@
 package recorder
 
 import (
+	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -29,8 +31,8 @@ func near(sorted []time.Duration, q, got float64) (bool, float64) {
 
 // Tests that the recorded percentiles match the exact percentiles of a
 // known, skewed set of latencies within HdrHistogram's precision (3
-// significant digits, so 0.1%), and that counts, codes and the timeline
-// add up.
+// significant digits, so 0.1%), that counts, codes and the timeline
+// add up, and that the first message of each error code is kept.
 func TestPercentilesMatchKnownInputs(t *testing.T) {
 	start := time.Unix(1_700_000_000, 0)
 	r := New("feed", "GetPostRecords", start)
@@ -40,12 +42,12 @@ func TestPercentilesMatchKnownInputs(t *testing.T) {
 		// log-normal around 2 ms with a long tail up to seconds
 		d := time.Duration(math.Exp(rng.NormFloat64()*1.2+math.Log(2e6))) + time.Microsecond
 		lat = append(lat, d)
-		code := "OK"
+		code, message := "OK", ""
 		if i%100 == 0 {
-			code = "Unavailable"
+			code, message = "Unavailable", fmt.Sprintf("shed #%d", i)
 		}
 		r.Sent(0)
-		r.Done(start.Add(time.Duration(i)*time.Millisecond/4), d, code, 10)
+		r.Done(start.Add(time.Duration(i)*time.Millisecond/4), d, code, message, 10)
 	}
 	slices.Sort(lat)
 	got := r.Result()
@@ -63,6 +65,9 @@ func TestPercentilesMatchKnownInputs(t *testing.T) {
 	}
 	if got.OK != 19_800 || got.Errors != 200 || got.Codes["Unavailable"] != 200 || got.Items != 198_000 {
 		t.Errorf("ok %d errors %d codes %v items %d", got.OK, got.Errors, got.Codes, got.Items)
+	}
+	if want := map[string]string{"Unavailable": "shed #0"}; !maps.Equal(got.FirstErrors, want) {
+		t.Errorf("first errors %v, want %v (the first message of each code)", got.FirstErrors, want)
 	}
 	// 20,000 completions, 4 per millisecond: 5 seconds of timeline.
 	if len(got.Timeline) != 5 {

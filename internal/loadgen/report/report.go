@@ -47,6 +47,9 @@ type Client struct {
 	// them by gRPC code name.
 	Errors int64            `json:"errors"`
 	Codes  map[string]int64 `json:"codes"`
+	// FirstErrors is the message of the first error of each code, so a
+	// report says why requests failed, not only how many.
+	FirstErrors map[string]string `json:"first_errors,omitempty"`
 	// Items counts URIs answered in successful responses.
 	Items       int64   `json:"items"`
 	ItemsPerSec float64 `json:"items_per_sec"`

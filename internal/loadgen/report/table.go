@@ -23,6 +23,7 @@ func WriteTable(w io.Writer, r *Report) error {
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("report: %w", err)
 	}
+	writeFirstErrors(w, r.Clients)
 	if r.Vitals != nil {
 		fmt.Fprintln(w)
 		if err := writeVitals(w, r.Vitals); err != nil {
@@ -40,6 +41,20 @@ func WriteTable(w io.Writer, r *Report) error {
 		}
 	}
 	return nil
+}
+
+// writeFirstErrors writes each client's first error of each code.
+func writeFirstErrors(w io.Writer, clients []Client) {
+	header := false
+	for _, c := range clients {
+		for _, code := range slices.Sorted(maps.Keys(c.FirstErrors)) {
+			if !header {
+				fmt.Fprintln(w, "\nfirst error of each code")
+				header = true
+			}
+			fmt.Fprintf(w, "  %s, %s: %s\n", c.Name, code, c.FirstErrors[code])
+		}
+	}
 }
 
 // Codes formats error counts by code, "-" when there are none.
