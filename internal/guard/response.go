@@ -17,7 +17,8 @@ type sizedResponse struct {
 
 // holdResponse reserves resp's wire size before it is marshalled, or
 // refuses it: the records are read but will not be queued for a wire
-// that is not draining.
+// that is not draining. resp must not change after this call: the sizes
+// computed here are the ones marshalSized writes.
 func (s *Server) holdResponse(fullMethod, client string, resp any, err error) (any, error) {
 	msg, ok := resp.(proto.Message)
 	if err != nil || !ok || msg == nil {

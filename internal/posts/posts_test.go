@@ -255,34 +255,44 @@ func TestFailedBatchReadFailsTheRequest(t *testing.T) {
 
 // Tests that a batch with repeated and missing URIs is answered at every
 // position, in request order, from the store and the cache together and
-// from the cache alone,
-// and that each distinct URI is counted and read once.
+// from the cache alone, and that each distinct URI is counted once and
+// read from the store at most once.
 func TestRepeatsAreAnsweredAtEachPosition(t *testing.T) {
-	svc, _, recs := newService(t, 3)
+	svc, gs, recs := newService(t, 3)
 	missing := "at://did:plc:abcdefghijklmnopqrstuvwx/app.bsky.feed.post/3kmissing"
 	uris := []string{recs[1].URI, recs[0].URI, recs[1].URI, missing, recs[2].URI, missing, recs[0].URI}
 	want := []string{recs[1].URI, recs[0].URI, recs[1].URI, "", recs[2].URI, "", recs[0].URI}
 	if _, _, err := svc.Get(testCtx(t, 8), []string{recs[0].URI}); err != nil {
 		t.Fatal(err) // recs[0] is cached: the first pass mixes hits and misses
 	}
-	for _, pass := range []string{"store and cache", "cache"} {
+	for _, pass := range []struct {
+		name   string
+		counts Counts
+		reads  int64 // store reads so far, the warm-up's included
+	}{
+		{"store and cache", Counts{FromCache: 1, FromStore: 2, NotFound: 1}, 4},
+		{"cache", Counts{FromCache: 3, NotFound: 1}, 4}, // the missing URI is cached as missing
+	} {
 		res, counts, err := svc.Get(testCtx(t, 8), uris)
 		if err != nil {
-			t.Fatalf("%s: %v", pass, err)
+			t.Fatalf("%s: %v", pass.name, err)
 		}
 		if len(res) != len(uris) {
-			t.Fatalf("%s: %d results for %d URIs", pass, len(res), len(uris))
+			t.Fatalf("%s: %d results for %d URIs", pass.name, len(res), len(uris))
 		}
 		for i, r := range res {
 			if r.Record.URI != uris[i] || r.Found != (want[i] != "") {
-				t.Errorf("%s: result %d = %s found=%v, want %s found=%v", pass, i, r.Record.URI, r.Found, uris[i], want[i] != "")
+				t.Errorf("%s: result %d = %s found=%v, want %s found=%v", pass.name, i, r.Record.URI, r.Found, uris[i], want[i] != "")
 			}
 			if r.Found && !bytes.Equal(r.Record.JSON, recordByURI(recs, uris[i]).JSON) {
-				t.Errorf("%s: result %d holds another record's JSON", pass, i)
+				t.Errorf("%s: result %d holds another record's JSON", pass.name, i)
 			}
 		}
-		if got := counts.FromCache + counts.FromStore + counts.NotFound; got != 4 {
-			t.Errorf("%s: counts %+v add up to %d, want the 4 distinct URIs", pass, counts, got)
+		if counts != pass.counts {
+			t.Errorf("%s: counts %+v, want %+v", pass.name, counts, pass.counts)
+		}
+		if n := gs.gets.Load(); n != pass.reads {
+			t.Errorf("%s: %d store reads so far, want %d (the warm-up's, then each distinct miss once)", pass.name, n, pass.reads)
 		}
 	}
 }

@@ -43,7 +43,8 @@ func WriteTable(w io.Writer, r *Report) error {
 	return nil
 }
 
-// writeFirstErrors writes each client's first error of each code.
+// writeFirstErrors writes each client's first error of each code, each
+// on one line.
 func writeFirstErrors(w io.Writer, clients []Client) {
 	header := false
 	for _, c := range clients {
@@ -52,7 +53,7 @@ func writeFirstErrors(w io.Writer, clients []Client) {
 				fmt.Fprintln(w, "\nfirst error of each code")
 				header = true
 			}
-			fmt.Fprintf(w, "  %s, %s: %s\n", c.Name, code, c.FirstErrors[code])
+			fmt.Fprintf(w, "  %s, %s: %s\n", c.Name, code, strings.Join(strings.Fields(c.FirstErrors[code]), " "))
 		}
 	}
 }

@@ -238,11 +238,11 @@ func (c Config) hostPolicy() gocql.HostSelectionPolicy {
 	return gocql.TokenAwareHostPolicy(gocql.DCAwareRoundRobinPolicy(c.DC), gocql.ShuffleReplicas())
 }
 
-func (c Config) cluster(cl gocql.Consistency, view hostView) *gocql.ClusterConfig {
+func (c Config) cluster(cl gocql.Consistency, s sessionOf) *gocql.ClusterConfig {
 	cc := gocql.NewCluster(c.Hosts...)
 	cc.Keyspace = c.Keyspace
 	cc.Consistency = cl
-	cc.PoolConfig.HostSelectionPolicy = watchedPolicy{HostSelectionPolicy: c.hostPolicy(), view: view}
+	cc.PoolConfig.HostSelectionPolicy = watchedPolicy{HostSelectionPolicy: c.hostPolicy(), view: s.view, session: s.role}
 	cc.Timeout = c.Timeout
 	cc.ConnectTimeout = c.ConnectTimeout
 	cc.NumConns = c.NumConns
@@ -250,7 +250,7 @@ func (c Config) cluster(cl gocql.Consistency, view hostView) *gocql.ClusterConfi
 	if t, _ := c.addressTranslator(); t != nil {
 		cc.AddressTranslator = t
 	}
-	cc.QueryObserver = observer{t: view.t, next: c.QueryObserver}
+	cc.QueryObserver = observer{t: s.counts, next: c.QueryObserver}
 	cc.Logger = newDriverLogger(c.Log)
 	// No retries by default: only idempotent statements get the policy.
 	cc.RetryPolicy = nil

@@ -119,34 +119,38 @@ func open(ctx context.Context, cfg Config) (*Store, error) {
 	return s, nil
 }
 
-// sessionPair is the read and the write session, replaced together.
-// Both report host state to the store's tracker until the pair is
-// retired, just before it is closed.
+// sessionPair is the read and the write session, replaced together,
+// with their own view of which nodes are up.
 type sessionPair struct {
 	read, write *gocql.Session
-	retired     *atomic.Bool
+	hosts       *hostStates
+}
+
+// sessionOf is what one session reports to: the store's query counts
+// and its pair's host view (both nil for a session nobody reads the
+// figures of, such as a schema change's), under its role.
+type sessionOf struct {
+	counts *hostTracker
+	view   *hostStates
+	role   Session
 }
 
 // openSessions connects a read session at rc and a write session at wc.
-func openSessions(cfg Config, rc, wc gocql.Consistency, hosts *hostTracker) (*sessionPair, error) {
-	retired := new(atomic.Bool)
-	read, err := openSession(cfg, rc, viewOf(hosts, ReadSession, retired))
+func openSessions(cfg Config, rc, wc gocql.Consistency, counts *hostTracker) (*sessionPair, error) {
+	view := &hostStates{}
+	read, err := openSession(cfg, rc, sessionOf{counts, view, ReadSession})
 	if err != nil {
 		return nil, err
 	}
-	write, err := openSession(cfg, wc, viewOf(hosts, WriteSession, retired))
+	write, err := openSession(cfg, wc, sessionOf{counts, view, WriteSession})
 	if err != nil {
-		retired.Store(true)
 		read.Close()
 		return nil, err
 	}
-	return &sessionPair{read: read, write: write, retired: retired}, nil
+	return &sessionPair{read: read, write: write, hosts: view}, nil
 }
 
-// close retires the pair, so that what its sessions report while they
-// shut down no longer counts, and closes both.
 func (p *sessionPair) close() {
-	p.retired.Store(true)
 	p.read.Close()
 	p.write.Close()
 }
@@ -154,10 +158,9 @@ func (p *sessionPair) close() {
 func (s *Store) read() *gocql.Session  { return s.sessions.Load().read }
 func (s *Store) write() *gocql.Session { return s.sessions.Load().write }
 
-// openSession connects one session at consistency cl, reporting host
-// state to view.
-func openSession(cfg Config, cl gocql.Consistency, view hostView) (*gocql.Session, error) {
-	s, err := cfg.cluster(cl, view).CreateSession()
+// openSession connects one session at consistency cl, reporting to of.
+func openSession(cfg Config, cl gocql.Consistency, of sessionOf) (*gocql.Session, error) {
+	s, err := cfg.cluster(cl, of).CreateSession()
 	if err != nil {
 		hint := ""
 		if cfg.Keyspace != "" {
@@ -379,11 +382,18 @@ type Stats struct {
 
 // Stats reports the query slots and session replacements now.
 func (s *Store) Stats() Stats {
-	return Stats{InFlight: s.inflight.Load(), MaxInflight: s.cfg.MaxInflight, Waits: s.waits.Load(), Reopened: s.healer.reopened.Load(), Hosts: s.hosts.snapshot()}
+	return Stats{InFlight: s.inflight.Load(), MaxInflight: s.cfg.MaxInflight, Waits: s.waits.Load(), Reopened: s.healer.reopened.Load(), Hosts: s.hosts.snapshot(s.sessions.Load().hosts)}
 }
 
-// Close closes both sessions.
+// Close closes both sessions. It waits for a reopen under way, so the
+// sessions that reopen swaps in are the ones closed, and none opens after.
 func (s *Store) Close() error {
+	s.healer.mu.Lock()
+	defer s.healer.mu.Unlock()
+	if s.healer.closed {
+		return nil
+	}
+	s.healer.closed = true
 	s.sessions.Load().close()
 	return nil
 }

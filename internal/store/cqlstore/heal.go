@@ -22,8 +22,9 @@ type healer struct {
 	open func() (*sessionPair, error)
 
 	stuckSince atomic.Int64 // unix nanoseconds; 0 while queries get answers
-	mu         sync.Mutex   // held while reopening
+	mu         sync.Mutex   // held while reopening, and by Close
 	lastTry    time.Time
+	closed     bool         // set by Close: no more reopening
 	reopened   atomic.Int64 // sessions replaced, ever
 }
 
@@ -63,7 +64,7 @@ func (s *Store) reopen(now time.Time) {
 		return
 	}
 	defer h.mu.Unlock()
-	if now.Sub(h.lastTry) < s.cfg.stuckAfter() {
+	if h.closed || now.Sub(h.lastTry) < s.cfg.stuckAfter() {
 		return
 	}
 	h.lastTry = now

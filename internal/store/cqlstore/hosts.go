@@ -2,9 +2,11 @@ package cqlstore
 
 import (
 	"context"
+	"maps"
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -52,10 +54,9 @@ func (h HostStats) Up() bool {
 	return true
 }
 
-// hostTracker counts query attempts per node and follows the driver's
-// host-state events of each session. It sits in every session's
-// host-selection policy and query observer, so it outlives session
-// replacement.
+// hostTracker counts query attempts per node. It sits in every
+// session's query observer, so its counts outlive session replacement;
+// which nodes are up is each session pair's own view (hostStates).
 type hostTracker struct {
 	mu    sync.Mutex
 	hosts map[string]*hostCounters
@@ -63,16 +64,15 @@ type hostTracker struct {
 
 type hostCounters struct {
 	queries, errors atomic.Int64
-	upIn            [sessions]atomic.Bool
 }
 
 func hostAddr(h *gocql.HostInfo) string {
 	return net.JoinHostPort(h.ConnectAddress().String(), strconv.Itoa(h.Port()))
 }
 
-// host returns h's counters, adding them if there is room.
-func (t *hostTracker) host(h *gocql.HostInfo) *hostCounters {
-	addr := hostAddr(h)
+// host returns the counters of the node at addr, adding them if there is
+// room.
+func (t *hostTracker) host(addr string) *hostCounters {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if c, ok := t.hosts[addr]; ok {
@@ -89,33 +89,32 @@ func (t *hostTracker) host(h *gocql.HostInfo) *hostCounters {
 	return c
 }
 
-func (t *hostTracker) setUp(h *gocql.HostInfo, in Session, up bool) {
-	if c := t.host(h); c != nil {
-		c.upIn[in].Store(up)
+// snapshot returns every node counted or held by view (the live session
+// pair's), sorted by address, each with view's up/down state.
+func (t *hostTracker) snapshot(view *hostStates) []HostStats {
+	byAddr := map[string]*HostStats{}
+	stats := func(addr string) *HostStats {
+		h, ok := byAddr[addr]
+		if !ok {
+			h = &HostStats{Addr: addr}
+			byAddr[addr] = h
+		}
+		return h
 	}
-}
-
-// snapshot returns every tracked node, sorted by address.
-func (t *hostTracker) snapshot() []HostStats {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	out := make([]HostStats, 0, len(t.hosts))
 	for addr, c := range t.hosts {
-		h := HostStats{Addr: addr, Queries: c.queries.Load(), Errors: c.errors.Load()}
-		for i := range c.upIn {
-			h.UpIn[i] = c.upIn[i].Load()
-		}
-		out = append(out, h)
+		h := stats(addr)
+		h.Queries, h.Errors = c.queries.Load(), c.errors.Load()
 	}
-	slices.SortFunc(out, func(a, b HostStats) int {
-		if a.Addr < b.Addr {
-			return -1
-		}
-		if a.Addr > b.Addr {
-			return 1
-		}
-		return 0
-	})
+	t.mu.Unlock()
+	for addr, up := range view.all() {
+		stats(addr).UpIn = up
+	}
+	out := make([]HostStats, 0, len(byAddr))
+	for _, h := range byAddr {
+		out = append(out, *h)
+	}
+	slices.SortFunc(out, func(a, b HostStats) int { return strings.Compare(a.Addr, b.Addr) })
 	return out
 }
 
@@ -128,7 +127,7 @@ type observer struct {
 
 func (o observer) ObserveQuery(ctx context.Context, q gocql.ObservedQuery) {
 	if q.Host != nil && o.t != nil {
-		if c := o.t.host(q.Host); c != nil {
+		if c := o.t.host(hostAddr(q.Host)); c != nil {
 			c.queries.Add(1)
 			if q.Err != nil {
 				c.errors.Add(1)
@@ -140,54 +139,72 @@ func (o observer) ObserveQuery(ctx context.Context, q gocql.ObservedQuery) {
 	}
 }
 
-// hostView is where one session reports what it sees: the tracker
-// (nil for a session nobody reads the figures of, such as a schema
-// change's), the session's role, and whether its pair has been retired.
-// A session pair that has been replaced is retired before it is closed,
-// so nothing it reports while closing overwrites the view of the pair
-// that replaced it.
-type hostView struct {
-	t       *hostTracker
-	session Session
-	retired *atomic.Bool
+// hostStates is one session pair's view of which nodes are up, by
+// session, from the host-state events of the pair's own sessions. The
+// store reports the view of the pair in use, so a pair that is being
+// replaced, or that never went into use (a reopen that failed), cannot
+// change what is reported, however late its events arrive.
+type hostStates struct {
+	mu sync.Mutex
+	up map[string][sessions]bool
 }
 
-// viewOf is the view of role in t while retired is false.
-func viewOf(t *hostTracker, role Session, retired *atomic.Bool) hostView {
-	return hostView{t: t, session: role, retired: retired}
-}
-
-func (v hostView) setUp(h *gocql.HostInfo, up bool) {
-	if v.t == nil || (v.retired != nil && v.retired.Load()) {
+func (v *hostStates) set(addr string, in Session, up bool) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.up == nil {
+		v.up = map[string][sessions]bool{}
+	}
+	state, ok := v.up[addr]
+	if !ok && len(v.up) >= maxTrackedHosts {
 		return
 	}
-	v.t.setUp(h, v.session, up)
+	state[in] = up
+	v.up[addr] = state
 }
 
-// watchedPolicy is one session's host-selection policy; it tells the
-// session's view of every host the session adds, removes, marks up or
-// marks down.
+// all returns a copy of the view; nil for no view.
+func (v *hostStates) all() map[string][sessions]bool {
+	if v == nil {
+		return nil
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return maps.Clone(v.up)
+}
+
+// watchedPolicy is one session's host-selection policy; it records in
+// its pair's view every host the session adds, removes, marks up or
+// marks down. A session with no view (a schema change's) records
+// nothing.
 type watchedPolicy struct {
 	gocql.HostSelectionPolicy
-	view hostView
+	view    *hostStates
+	session Session
+}
+
+func (p watchedPolicy) setUp(h *gocql.HostInfo, up bool) {
+	if p.view != nil {
+		p.view.set(hostAddr(h), p.session, up)
+	}
 }
 
 func (p watchedPolicy) AddHost(h *gocql.HostInfo) {
-	p.view.setUp(h, true)
+	p.setUp(h, true)
 	p.HostSelectionPolicy.AddHost(h)
 }
 
 func (p watchedPolicy) RemoveHost(h *gocql.HostInfo) {
-	p.view.setUp(h, false)
+	p.setUp(h, false)
 	p.HostSelectionPolicy.RemoveHost(h)
 }
 
 func (p watchedPolicy) HostUp(h *gocql.HostInfo) {
-	p.view.setUp(h, true)
+	p.setUp(h, true)
 	p.HostSelectionPolicy.HostUp(h)
 }
 
 func (p watchedPolicy) HostDown(h *gocql.HostInfo) {
-	p.view.setUp(h, false)
+	p.setUp(h, false)
 	p.HostSelectionPolicy.HostDown(h)
 }

@@ -205,7 +205,7 @@ func migrate(ctx context.Context, cfg Config, r Replication, logf func(string, .
 		return res, err
 	}
 	res.KeyspaceCreated = created
-	s, err := openSession(cfg, gocql.Quorum, hostView{})
+	s, err := openSession(cfg, gocql.Quorum, sessionOf{})
 	if err != nil {
 		return res, err
 	}
@@ -238,7 +238,7 @@ func migrate(ctx context.Context, cfg Config, r Replication, logf func(string, .
 func ensureKeyspace(ctx context.Context, cfg Config, r Replication, logf func(string, ...any)) (bool, error) {
 	sysCfg := cfg
 	sysCfg.Keyspace = ""
-	s, err := openSession(sysCfg, gocql.Quorum, hostView{})
+	s, err := openSession(sysCfg, gocql.Quorum, sessionOf{})
 	if err != nil {
 		return false, err
 	}

@@ -2,42 +2,52 @@ package cqlstore
 
 import (
 	"net"
-	"sync/atomic"
 	"testing"
 
 	"github.com/gocql/gocql"
 )
 
-// Tests that a session pair that has been replaced no longer moves the
-// host view: a node the old pair reports down while it shuts down stays
-// up as the pair that replaced it sees it, and the live pair's own
-// reports still count.
-func TestRetiredSessionsLeaveTheViewAlone(t *testing.T) {
-	var hosts hostTracker
+// policiesOf are the host-selection policies of a session pair whose
+// host view is view: one per session, as openSessions builds them.
+func policiesOf(view *hostStates) [sessions]watchedPolicy {
+	var out [sessions]watchedPolicy
+	for role := range out {
+		out[role] = watchedPolicy{HostSelectionPolicy: gocql.RoundRobinHostPolicy(), view: view, session: Session(role)}
+	}
+	return out
+}
+
+// Tests that the reported host view is the live session pair's: a pair
+// that was replaced, or one whose opening failed after its sessions had
+// seen the nodes, cannot mark a node down in it however late its events
+// come, while the live pair's own events still count, per session.
+func TestHostViewIsTheLivePairs(t *testing.T) {
+	var counts hostTracker
 	node := (&gocql.HostInfo{}).SetConnectAddress(net.ParseIP("127.0.0.2"))
-	old, fresh := new(atomic.Bool), new(atomic.Bool)
-	policies := func(retired *atomic.Bool) []watchedPolicy {
-		var out []watchedPolicy
-		for _, role := range []Session{ReadSession, WriteSession} {
-			out = append(out, watchedPolicy{HostSelectionPolicy: gocql.RoundRobinHostPolicy(), view: viewOf(&hosts, role, retired)})
+	addr := hostAddr(node)
+	counts.host(addr).queries.Add(3) // queries counted across pairs
+	live, replaced, failed := &hostStates{}, &hostStates{}, &hostStates{}
+	for _, view := range []*hostStates{replaced, live, failed} {
+		for _, p := range policiesOf(view) {
+			p.AddHost(node)
 		}
-		return out
 	}
-	oldPair, freshPair := policies(old), policies(fresh)
-	for _, p := range append(oldPair, freshPair...) {
-		p.AddHost(node)
+	for _, view := range []*hostStates{replaced, failed} {
+		for _, p := range policiesOf(view) {
+			p.HostDown(node)
+			p.RemoveHost(node)
+		}
 	}
-	old.Store(true) // sessionPair.close, before the sessions close
-	for _, p := range oldPair {
-		p.HostDown(node)
-		p.RemoveHost(node)
+	got := counts.snapshot(live)
+	if len(got) != 1 || got[0].Addr != addr || !got[0].Up() || got[0].Queries != 3 {
+		t.Fatalf("after other pairs reported the node down: %+v, want %s up in both sessions with 3 queries", got, addr)
 	}
-	if got := hosts.snapshot(); len(got) != 1 || !got[0].Up() {
-		t.Fatalf("after the retired pair reported the node down: %+v, want one node, up in both sessions", got)
-	}
-	freshPair[ReadSession].HostDown(node)
-	got := hosts.snapshot()
+	policiesOf(live)[ReadSession].HostDown(node)
+	got = counts.snapshot(live)
 	if len(got) != 1 || got[0].UpIn[ReadSession] || !got[0].UpIn[WriteSession] {
-		t.Fatalf("after the live read session reported the node down: %+v, want down in the read session only", got)
+		t.Fatalf("after the live read session reported the node down: %+v, want it down in the read session only", got)
+	}
+	if got := counts.snapshot(replaced); len(got) != 1 || got[0].UpIn != [sessions]bool{} {
+		t.Errorf("the replaced pair's own view: %+v, want the node down in both sessions", got)
 	}
 }
