@@ -373,18 +373,6 @@ func positionsWithRepeats(uris []string, first map[string]int, repeat int) ([]st
 	return unique, at
 }
 
-func dedupe(uris []string) []string {
-	seen := make(map[string]struct{}, len(uris))
-	out := make([]string, 0, len(uris))
-	for _, uri := range uris {
-		if _, ok := seen[uri]; !ok {
-			seen[uri] = struct{}{}
-			out = append(out, uri)
-		}
-	}
-	return out
-}
-
 func count(results []Result) Counts {
 	var c Counts
 	for _, r := range results {

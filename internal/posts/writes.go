@@ -120,7 +120,8 @@ func (s *Service) Delete(ctx context.Context, uris []string) (int, error) {
 }
 
 func (s *Service) invalidate(ctx context.Context, uris []string) {
-	if err := s.cache.Invalidate(ctx, dedupe(uris)); err != nil {
+	unique, _ := positions(uris)
+	if err := s.cache.Invalidate(ctx, unique); err != nil {
 		s.invalidationFailures.Add(1)
 		s.opts.log.Error("cache invalidation failed; stale entries expire within the cache TTL", "component", "cache", "kind", "invalidate", "err", err)
 	}
