@@ -253,13 +253,8 @@ func firstMsg(outs []outcome) string {
 // a failure for two reconnect intervals, and returns how long after it
 // started that run of successes began. Through toxiproxy the driver's pool
 // is refilled one connection at a time, both a second or so after the
-// session opens and after the proxy is restored, and a query can find it
-// empty ("no hosts available in the pool") after an earlier one
-// succeeded, even a whole interval later (CI saw that once): gocql v1.7.0
-// marks a host down when a pool fill fails while the pool has no
-// connection, and then drops the host's pool until its next reconnect
-// round, one interval on. The strict loads of the test must start after
-// that.
+// session opens and after the proxy is restored; the strict loads of the
+// test start once that is over.
 func waitSteady(t *testing.T, ts *testServer, like string, limit time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()

@@ -1,0 +1,54 @@
+package cqlstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/store"
+	"github.com/sluice-dev/sluice/internal/store/cqlstore"
+	"github.com/sluice-dev/sluice/internal/store/cqlstore/cqltest"
+)
+
+// Tests that on a one-node cluster a read whose speculative attempt starts
+// before the first attempt answers still gets the node's answer. gocql's
+// speculative attempt shares the first attempt's host iterator; with the
+// only node taken it found the iterator empty and failed the read with
+// "no hosts available in the pool" while the first attempt was still
+// under way. A delay of a microsecond makes the speculative attempt start
+// on nearly every read.
+func TestSpeculativeAttemptOnOneNodeKeepsTheAnswer(t *testing.T) {
+	cfg := cqltest.Keyspace(t, "sluice_test_speculation")
+	cfg.SpeculativeDelay = time.Microsecond
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	s, err := cqlstore.Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const workers, reads = 8, 50
+	var mu sync.Mutex
+	var failed []error
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for i := range reads {
+				uri := fmt.Sprintf("at://did:plc:x/app.bsky.feed.post/3kspec%d-%d", w, i)
+				if _, err := s.Get(ctx, uri); !errors.Is(err, store.ErrNotFound) {
+					mu.Lock()
+					failed = append(failed, err)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if len(failed) > 0 {
+		t.Fatalf("%d of %d reads failed on a one-node cluster with speculation on, e.g. %v; want every read answered not found",
+			len(failed), workers*reads, failed[0])
+	}
+}
