@@ -1,7 +1,8 @@
-// Package docs_test keeps the documentation honest: every relative link
-// of README.md and docs/*.md leads to a file and heading that exist, every
-// metric the pages name is exported by a real sluice, and every recorded
-// series they name is recorded by deploy/prometheus.
+// Package docs_test keeps the documentation honest: README.md fits on two
+// screens, every relative link of README.md and docs/*.md leads to a file
+// and heading that exist, every metric the pages name is exported by a
+// real sluice, and every recorded series they name is recorded by
+// deploy/prometheus.
 package docs_test
 
 import (
@@ -91,6 +92,22 @@ func TestLinksResolve(t *testing.T) {
 	}
 	if checked < 20 {
 		t.Errorf("only %d links checked; the pages lost their links", checked)
+	}
+}
+
+// readmeMaxLines is how long README.md may be: two screens. What does
+// not fit belongs in a page under docs/, linked from the README.
+const readmeMaxLines = 120
+
+// Tests that README.md fits on two screens.
+func TestReadmeFitsOnTwoScreens(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Count(strings.TrimRight(string(raw), "\n"), "\n") + 1
+	if lines > readmeMaxLines {
+		t.Errorf("README.md has %d lines; the limit is %d (two screens). Move the longer material to a page under docs/ and link it from the README", lines, readmeMaxLines)
 	}
 }
 
