@@ -1,12 +1,14 @@
 // Package prometheus_test checks sluice's Prometheus rules: promtool
-// accepts them, every alert has a promtool unit test that fires it, every
-// runbook_url leads to a section of docs/operations.md, and, against a
+// accepts them, every alert has a promtool unit test that fires it and
+// one that expects it not to, every runbook_url leads to a section of
+// docs/operations.md, and, against a
 // real Prometheus scraping a real sluice, the oversized-caller alert
 // fires naming the caller.
 package prometheus_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -105,7 +107,8 @@ func TestPromtoolCheckRules(t *testing.T) {
 
 // Tests the rules against the promtool unit tests in tests/: the
 // recording rules' figures, and for every alert input series that fire
-// it and a near miss that does not.
+// it and a near miss that does not (TestEveryAlertIsTestedAndDocumented
+// checks that each alert has both).
 func TestPromtoolTestRules(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join("tests", "*.yaml"))
 	if err != nil || len(files) == 0 {
@@ -117,9 +120,16 @@ func TestPromtoolTestRules(t *testing.T) {
 // unitTests is the part of a promtool test file this test reads.
 type unitTests struct {
 	Tests []struct {
+		InputSeries []struct {
+			Series string `yaml:"series"`
+			Values string `yaml:"values"`
+		} `yaml:"input_series"`
 		AlertRuleTest []struct {
 			Alertname string `yaml:"alertname"`
-			ExpAlerts []struct {
+			EvalTime  string `yaml:"eval_time"`
+			// ExpAlerts is nil when the case leaves exp_alerts out,
+			// and points to an empty list for `exp_alerts: []`.
+			ExpAlerts *[]struct {
 				ExpLabels map[string]string `yaml:"exp_labels"`
 			} `yaml:"exp_alerts"`
 		} `yaml:"alert_rule_test"`
@@ -128,10 +138,14 @@ type unitTests struct {
 
 // Tests that every alerting rule — each of the burn-rate rules that
 // share one name is told apart by its labels — has a promtool case that
-// expects it to fire, and that every alert carries what an on-call needs:
-// a severity, a summary, a description and a runbook.
+// expects it to fire, that every alert name has a near miss: a case that
+// says `exp_alerts: []` in a test with input series (the series are just
+// under the threshold, or over it for less than the `for:`; each test
+// file's comments say which), and that every alert carries what an
+// on-call needs: a severity, a summary, a description and a runbook.
 func TestEveryAlertIsTestedAndDocumented(t *testing.T) {
 	fired := map[string][]map[string]string{}
+	nearMiss := map[string][]string{}
 	files, _ := filepath.Glob(filepath.Join("tests", "*.yaml"))
 	for _, f := range files {
 		raw, err := os.ReadFile(f)
@@ -144,13 +158,20 @@ func TestEveryAlertIsTestedAndDocumented(t *testing.T) {
 		}
 		for _, tc := range u.Tests {
 			for _, a := range tc.AlertRuleTest {
-				for _, e := range a.ExpAlerts {
+				if a.ExpAlerts == nil {
+					continue
+				}
+				if len(*a.ExpAlerts) == 0 && len(tc.InputSeries) > 0 {
+					nearMiss[a.Alertname] = append(nearMiss[a.Alertname], f+" at "+a.EvalTime)
+				}
+				for _, e := range *a.ExpAlerts {
 					fired[a.Alertname] = append(fired[a.Alertname], e.ExpLabels)
 				}
 			}
 		}
 	}
 	alerts := 0
+	seen := map[string]bool{}
 	for _, r := range readRules(t, alertsFile) {
 		if r.Alert == "" {
 			continue
@@ -159,6 +180,10 @@ func TestEveryAlertIsTestedAndDocumented(t *testing.T) {
 		if !slices.ContainsFunc(fired[r.Alert], func(l map[string]string) bool { return hasAll(l, r.Labels) }) {
 			t.Errorf("alert %s %v: no promtool case in tests/ expects it to fire", r.Alert, r.Labels)
 		}
+		if !seen[r.Alert] && len(nearMiss[r.Alert]) == 0 {
+			t.Errorf("alert %s: no near miss in tests/: add an alert_rule_test case with `exp_alerts: []` at an eval_time where its input series are just under the threshold, or over it for less than its `for:` (for: %s)", r.Alert, cmp.Or(r.For, "none"))
+		}
+		seen[r.Alert] = true
 		if s := r.Labels["severity"]; s != "critical" && s != "warning" && s != "info" {
 			t.Errorf("alert %s: severity %q, want critical, warning or info", r.Alert, s)
 		}
