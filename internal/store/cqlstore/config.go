@@ -76,7 +76,8 @@ type Config struct {
 	ReconnectInterval time.Duration
 	// SpeculativeDelay is how long a statement waits for its first node
 	// before the driver sends one more attempt to the next node of its
-	// query plan (another replica), taking whichever answers first: a node
+	// query plan (another replica, or a node already tried when no other
+	// is live), taking whichever answers first: a node
 	// that is shutting down, paused or overloaded then costs this delay
 	// instead of the request's whole deadline. Every statement is
 	// idempotent, so a second attempt is safe; it runs inside its query's
@@ -143,7 +144,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxInflight, "cql-max-inflight", c.MaxInflight, "process-wide cap on CQL queries in flight; more wait until their deadline")
 	fs.DurationVar(&c.Timeout, "cql-timeout", c.Timeout, "per-attempt query timeout (a little above the server's own)")
 	fs.IntVar(&c.Retries, "cql-retries", c.Retries, "retries of an idempotent statement after a transport or server error")
-	fs.DurationVar(&c.SpeculativeDelay, "cql-speculative-delay", c.SpeculativeDelay, "send a second attempt to another replica when the first has not answered within this delay (0: off)")
+	fs.DurationVar(&c.SpeculativeDelay, "cql-speculative-delay", c.SpeculativeDelay, "send a second attempt to another node (the same one when no other is live) when the first has not answered within this delay (0: off)")
 	fs.Func("cql-address-map", "for a proxy or NAT: comma-separated advertised=reachable pairs of ip:port; the driver dials the reachable address of each node it discovers", func(s string) error {
 		m, err := parseAddressMap(s)
 		c.AddressMap = m
@@ -242,7 +243,7 @@ func (c Config) cluster(cl gocql.Consistency, s sessionOf) *gocql.ClusterConfig 
 	cc := gocql.NewCluster(c.Hosts...)
 	cc.Keyspace = c.Keyspace
 	cc.Consistency = cl
-	cc.PoolConfig.HostSelectionPolicy = watchedPolicy{HostSelectionPolicy: c.hostPolicy(), view: s.view, session: s.role}
+	cc.PoolConfig.HostSelectionPolicy = watchedPolicy{HostSelectionPolicy: c.hostPolicy(), view: s.view, session: s.role, rounds: c.replayRounds()}
 	cc.Timeout = c.Timeout
 	cc.ConnectTimeout = c.ConnectTimeout
 	cc.NumConns = c.NumConns
@@ -256,6 +257,11 @@ func (c Config) cluster(cl gocql.Consistency, s sessionOf) *gocql.ClusterConfig 
 	cc.RetryPolicy = nil
 	return cc
 }
+
+// replayRounds is how many passes over the live nodes an idempotent
+// statement's attempts may make (speculation.go): one for the first
+// attempt and each retry, one for the speculative attempt.
+func (c Config) replayRounds() int { return c.Retries + 2 }
 
 func splitList(s string) []string {
 	var out []string

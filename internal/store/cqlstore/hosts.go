@@ -2,6 +2,7 @@ package cqlstore
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"net"
 	"slices"
@@ -129,7 +130,9 @@ func (o observer) ObserveQuery(ctx context.Context, q gocql.ObservedQuery) {
 	if q.Host != nil && o.t != nil {
 		if c := o.t.host(hostAddr(q.Host)); c != nil {
 			c.queries.Add(1)
-			if q.Err != nil {
+			// The losing one of a statement's attempt and its
+			// speculative attempt ends cancelled: not the node's fault.
+			if q.Err != nil && !errors.Is(q.Err, context.Canceled) {
 				c.errors.Add(1)
 			}
 		}
@@ -181,6 +184,7 @@ type watchedPolicy struct {
 	gocql.HostSelectionPolicy
 	view    *hostStates
 	session Session
+	rounds  int // passes over the nodes an idempotent statement may make (speculation.go)
 }
 
 func (p watchedPolicy) setUp(h *gocql.HostInfo, up bool) {

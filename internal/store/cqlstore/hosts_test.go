@@ -18,6 +18,7 @@ func TestHostStatsCountEveryAttempt(t *testing.T) {
 	cfg := cqltest.Keyspace(t, "sluice_test_hosts")
 	obs := &cqltest.Observer{}
 	cfg.QueryObserver = obs
+	cfg.SpeculativeDelay = 0 // one attempt per read, however slow the node
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	s, err := cqlstore.Open(ctx, cfg)

@@ -3,43 +3,49 @@ package cqlstore
 import "github.com/gocql/gocql"
 
 // Pick returns the hosts the inner policy offers for q and then, for an
-// idempotent statement, the same hosts once more.
+// idempotent statement, the same hosts again, up to p.rounds passes in
+// all.
 //
-// gocql's speculative execution shares one host iterator between a
-// statement's first attempt and its speculative one. When the first
-// attempt has taken the only live replica (a one-node cluster, or the
-// others down), the speculative attempt finds the iterator empty and
-// answers "no hosts available in the pool" at once; that answer reaches
-// the caller before the first attempt's, which was still under way and
-// would have succeeded. With the replay the speculative attempt goes to a
-// replica already tried instead. Each host is still offered at most
-// twice, so an iteration over hosts that are all down still ends.
+// gocql gives a statement's first attempt, its retries and its
+// speculative attempt one host iterator between them. When they have
+// used up the only live node (a one-node cluster, or the others down),
+// the speculative attempt found the iterator empty and answered "no hosts
+// available in the pool" at once; that answer reached the caller before
+// the first attempt's (or its retry's), still under way, which would have
+// succeeded. With the further passes the speculative attempt and the
+// retries go to a node already tried instead. The passes are bounded, so
+// an iteration over nodes that are all down, or have no connection,
+// still ends; the attempts actually sent stay bounded by the retry policy.
 func (p watchedPolicy) Pick(q gocql.ExecutableQuery) gocql.NextHost {
 	next := p.HostSelectionPolicy.Pick(q)
-	if q == nil || !q.IsIdempotent() {
+	if q == nil || !q.IsIdempotent() || p.rounds < 2 {
 		return next
 	}
-	return replayOnce(next)
+	return replay(next, p.rounds)
 }
 
-// replayOnce returns next's hosts until it runs out, then the same hosts
-// again in the same order, then nil. gocql calls the iterator it gets
-// from Pick under its own lock, so this one needs none.
-func replayOnce(next gocql.NextHost) gocql.NextHost {
+// replay returns next's hosts until it runs out, then the same hosts
+// again in the same order, rounds passes in all, then nil. gocql calls an
+// iterator from one goroutine, or under its own lock when attempts run
+// side by side, so this one needs none.
+func replay(next gocql.NextHost, rounds int) gocql.NextHost {
 	var offered []gocql.SelectedHost
-	replayed, exhausted := 0, false
+	pos, pass, exhausted := 0, 1, false
 	return func() gocql.SelectedHost {
 		if !exhausted {
 			if h := next(); h != nil {
 				offered = append(offered, h)
 				return h
 			}
-			exhausted = true
+			exhausted, pos = true, len(offered) // the first pass is over
 		}
-		if replayed == len(offered) {
-			return nil
+		if pos == len(offered) {
+			if pass++; pass > rounds || len(offered) == 0 {
+				return nil
+			}
+			pos = 0
 		}
-		replayed++
-		return offered[replayed-1]
+		pos++
+		return offered[pos-1]
 	}
 }

@@ -12,37 +12,62 @@ type fakeHost string
 func (h fakeHost) Info() *gocql.HostInfo { return nil }
 func (h fakeHost) Mark(error)            {}
 
-// Tests that the iterator offers the inner hosts, then each of them once
-// more in the same order, then nothing, and keeps answering nothing.
-func TestReplayOnceOffersEachHostTwice(t *testing.T) {
-	inner := []gocql.SelectedHost{fakeHost("a"), fakeHost("b")}
-	next := replayOnce(func() gocql.SelectedHost {
-		if len(inner) == 0 {
+// listOf is an iterator over hosts, as a policy's Pick returns.
+func listOf(hosts ...string) gocql.NextHost {
+	return func() gocql.SelectedHost {
+		if len(hosts) == 0 {
 			return nil
 		}
-		h := inner[0]
-		inner = inner[1:]
+		h := fakeHost(hosts[0])
+		hosts = hosts[1:]
 		return h
-	})
+	}
+}
+
+// drain calls next n times and spells what it offered, "-" for nil.
+func drain(next gocql.NextHost, n int) string {
 	var got []string
-	for range 7 {
+	for range n {
 		if h := next(); h != nil {
 			got = append(got, string(h.(fakeHost)))
 		} else {
 			got = append(got, "-")
 		}
 	}
-	if want := "a b a b - - -"; strings.Join(got, " ") != want {
-		t.Fatalf("offered %q, want %q", strings.Join(got, " "), want)
+	return strings.Join(got, " ")
+}
+
+// Tests that the iterator offers the inner hosts, then the same hosts in
+// the same order for the remaining passes, then nothing for good; and
+// that an iterator over no host stays empty.
+func TestReplayOffersEachHostOncePerPass(t *testing.T) {
+	for _, tc := range []struct {
+		hosts  []string
+		rounds int
+		want   string
+	}{
+		{[]string{"a", "b"}, 2, "a b a b - - -"},
+		{[]string{"a"}, 4, "a a a a - - -"},
+		{nil, 4, "- - - - - - -"},
+	} {
+		if got := drain(replay(listOf(tc.hosts...), tc.rounds), 7); got != tc.want {
+			t.Errorf("replay(%v, %d) offered %q, want %q", tc.hosts, tc.rounds, got, tc.want)
+		}
 	}
 }
 
-// Tests that an iterator over no host at all stays empty.
-func TestReplayOnceOfNothingIsNothing(t *testing.T) {
-	next := replayOnce(func() gocql.SelectedHost { return nil })
-	for range 3 {
-		if h := next(); h != nil {
-			t.Fatalf("offered %v from an empty policy", h)
-		}
+// onePolicy is a host-selection policy whose Pick offers one node.
+type onePolicy struct{ gocql.HostSelectionPolicy }
+
+func (onePolicy) Pick(gocql.ExecutableQuery) gocql.NextHost { return listOf("a") }
+
+// Tests that only idempotent statements get the further passes.
+func TestPickReplaysOnlyIdempotentStatements(t *testing.T) {
+	p := watchedPolicy{HostSelectionPolicy: onePolicy{}, rounds: 3}
+	if got := drain(p.Pick(new(gocql.Query).Idempotent(true)), 4); got != "a a a -" {
+		t.Errorf("idempotent statement: offered %q, want %q", got, "a a a -")
+	}
+	if got := drain(p.Pick(new(gocql.Query)), 4); got != "a - - -" {
+		t.Errorf("statement not idempotent: offered %q, want %q", got, "a - - -")
 	}
 }

@@ -23,6 +23,8 @@ import (
 func TestSpeculativeAttemptOnOneNodeKeepsTheAnswer(t *testing.T) {
 	cfg := cqltest.Keyspace(t, "sluice_test_speculation")
 	cfg.SpeculativeDelay = time.Microsecond
+	obs := &cqltest.Observer{}
+	cfg.QueryObserver = obs
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	s, err := cqlstore.Open(ctx, cfg)
@@ -47,6 +49,17 @@ func TestSpeculativeAttemptOnOneNodeKeepsTheAnswer(t *testing.T) {
 		})
 	}
 	wg.Wait()
+	if _, attempts := obs.Peak(); attempts <= workers*reads {
+		t.Errorf("%d attempts for %d reads: the speculative attempts did not run, so this test shows nothing", attempts, workers*reads)
+	}
+	// The losing attempt of each pair ends cancelled: the node did
+	// nothing wrong, and its error count (and the node-errors alert) must
+	// not say otherwise.
+	for _, h := range s.Stats().Hosts {
+		if h.Errors != 0 {
+			t.Errorf("node %s: %d failed attempts counted, want 0: the reads all succeeded", h.Addr, h.Errors)
+		}
+	}
 	if len(failed) > 0 {
 		t.Fatalf("%d of %d reads failed on a one-node cluster with speculation on, e.g. %v; want every read answered not found",
 			len(failed), workers*reads, failed[0])
