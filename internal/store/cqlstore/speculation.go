@@ -30,22 +30,19 @@ func (p watchedPolicy) Pick(q gocql.ExecutableQuery) gocql.NextHost {
 // side by side, so this one needs none.
 func replay(next gocql.NextHost, rounds int) gocql.NextHost {
 	var offered []gocql.SelectedHost
-	pos, pass, exhausted := 0, 1, false
+	given := 0 // hosts returned so far, over every pass
 	return func() gocql.SelectedHost {
-		if !exhausted {
+		if given == len(offered) { // still in the first pass
 			if h := next(); h != nil {
 				offered = append(offered, h)
+				given++
 				return h
 			}
-			exhausted, pos = true, len(offered) // the first pass is over
 		}
-		if pos == len(offered) {
-			if pass++; pass > rounds || len(offered) == 0 {
-				return nil
-			}
-			pos = 0
+		if given >= rounds*len(offered) {
+			return nil
 		}
-		pos++
-		return offered[pos-1]
+		given++
+		return offered[(given-1)%len(offered)]
 	}
 }

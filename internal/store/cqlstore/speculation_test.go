@@ -1,7 +1,6 @@
 package cqlstore_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -9,7 +8,6 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/store"
-	"github.com/sluice-dev/sluice/internal/store/cqlstore"
 	"github.com/sluice-dev/sluice/internal/store/cqlstore/cqltest"
 )
 
@@ -25,13 +23,9 @@ func TestSpeculativeAttemptOnOneNodeKeepsTheAnswer(t *testing.T) {
 	cfg.SpeculativeDelay = time.Microsecond
 	obs := &cqltest.Observer{}
 	cfg.QueryObserver = obs
-	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
-	defer cancel()
-	s, err := cqlstore.Open(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := mustOpen(t, cfg)
 	defer s.Close()
+	ctx := testContext(t)
 	const workers, reads = 8, 50
 	var mu sync.Mutex
 	var failed []error
