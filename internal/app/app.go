@@ -394,7 +394,7 @@ func (a *App) admissionState() telemetry.AdmissionState {
 	s := a.Guard.Admission()
 	return telemetry.AdmissionState{
 		ItemLimit: s.Capacity, MinItemLimit: s.MinItems, MaxItemLimit: s.MaxItems,
-		ItemsInUse: s.InUse, Waiting: s.Waiting, Shed: s.Shed,
+		ItemsInUse: s.InUse, Waiting: s.Waiting, Shed: s.Shed, Light: s.Light,
 	}
 }
 

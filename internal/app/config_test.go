@@ -47,6 +47,7 @@ func TestConfigErrors(t *testing.T) {
 		{name: "zero concurrency", yaml: "guard:\n  methods:\n    sluice.v1.PostRecords/GetPostRecords:\n      concurrency: -1\n", want: "sluice.v1.PostRecords/GetPostRecords: concurrency must be at least 1"},
 		{name: "batch over process cap", yaml: "guard:\n  max_inflight_items: 500\n", want: "max_items 1000 exceeds max_inflight_items 500"},
 		{name: "bad budget", yaml: "admission:\n  clients:\n    bulk: {items_per_second: 0, burst: 1, max_inflight_items: 1}\n", want: `admission: client "bulk": items_per_second must be a positive number`},
+		{name: "light reserve over the cap", yaml: "guard:\n  light_reserve_items: 30000\n", want: "light_reserve_items must be between 0 (one piece) and max_inflight_items 20000, got 30000"},
 		{name: "queue target over interval", yaml: "guard:\n  queue_target: 1s\n", want: "target 1s must not exceed interval 100ms"},
 		{name: "tombstone too short", yaml: "cache:\n  tombstone_ttl: 1s\n", want: "tombstone_ttl 1s must exceed the longest method timeout 2s"},
 		{name: "takedown cannot wait out the near cache", yaml: "near_cache:\n  ttl: 2s\n", want: "method sluice.v1.Records/UpdateTakedowns timeout 2s must exceed near_cache.ttl 2s"},

@@ -70,6 +70,11 @@ type Config struct {
 	// in pieces of this many items, each waiting for its own items in
 	// the fair queue (pieces.go).
 	PieceItems int `yaml:"piece_items"`
+	// LightReserveItems is how far over the item limit in force the
+	// requests of callers under their fair share may go, past the
+	// queue, while heavier callers wait (package queue's reserve). 0
+	// means one piece (PieceItems).
+	LightReserveItems int64 `yaml:"light_reserve_items"`
 	// AdaptiveTolerance is how far above its no-load floor the mean
 	// service time may rise before the item limit shrinks.
 	AdaptiveTolerance float64 `yaml:"adaptive_tolerance"`
@@ -145,6 +150,9 @@ func (c Config) Validate() error {
 	if c.PieceItems < 1 || int64(c.PieceItems) > c.MaxInflightItems {
 		errs = append(errs, fmt.Errorf("guard: piece_items must be between 1 and max_inflight_items %d, got %d", c.MaxInflightItems, c.PieceItems))
 	}
+	if c.LightReserveItems < 0 || c.LightReserveItems > c.MaxInflightItems {
+		errs = append(errs, fmt.Errorf("guard: light_reserve_items must be between 0 (one piece) and max_inflight_items %d, got %d", c.MaxInflightItems, c.LightReserveItems))
+	}
 	if c.MinInflightItems < 0 || c.MinInflightItems > c.MaxInflightItems {
 		errs = append(errs, fmt.Errorf("guard: min_inflight_items must be between 0 (automatic) and max_inflight_items %d, got %d", c.MaxInflightItems, c.MinInflightItems))
 	} else if err := c.adaptiveConfig().Validate(); err != nil && c.MaxInflightItems >= 1 {
@@ -186,6 +194,7 @@ func (c Config) Merge(override Config) Config {
 	out.MaxInflightItems = cmp.Or(override.MaxInflightItems, c.MaxInflightItems)
 	out.MinInflightItems = cmp.Or(override.MinInflightItems, c.MinInflightItems)
 	out.PieceItems = cmp.Or(override.PieceItems, c.PieceItems)
+	out.LightReserveItems = cmp.Or(override.LightReserveItems, c.LightReserveItems)
 	out.AdaptiveTolerance = cmp.Or(override.AdaptiveTolerance, c.AdaptiveTolerance)
 	out.AdaptiveInterval = cmp.Or(override.AdaptiveInterval, c.AdaptiveInterval)
 	out.MaxInflightRequests = cmp.Or(override.MaxInflightRequests, c.MaxInflightRequests)
@@ -199,7 +208,12 @@ func (c Config) Merge(override Config) Config {
 
 // queueConfig is the item queue's share of the config.
 func (c Config) queueConfig() queue.Config {
-	return queue.Config{Capacity: c.MaxInflightItems, MaxWaiters: c.MaxQueuedRequests, Target: c.QueueTarget, Interval: c.QueueInterval}
+	reserve := c.LightReserveItems
+	if reserve == 0 {
+		reserve = min(int64(max(c.PieceItems, 1)), c.MaxInflightItems)
+	}
+	return queue.Config{Capacity: c.MaxInflightItems, MaxWaiters: c.MaxQueuedRequests, Target: c.QueueTarget, Interval: c.QueueInterval,
+		Reserve: min(max(reserve, 0), c.MaxInflightItems)}
 }
 
 // adaptiveConfig is the item limit controller's share of the config.

@@ -21,10 +21,14 @@ type AdmissionState struct {
 	// requests the queue has shed since start.
 	Waiting int   `json:"waiting"`
 	Shed    int64 `json:"shed"`
+	// Light counts the requests of callers under their fair share
+	// admitted past the queue, within light_reserve_items, since start.
+	Light int64 `json:"light"`
 }
 
 // ObserveAdmission exports the guard's admission state: the adaptive item
-// limit and its bounds, items in use, requests waiting, requests shed. It
+// limit and its bounds, items in use, requests waiting, requests shed,
+// requests admitted past the queue. It
 // also hands state to the /clients page.
 func (t *Telemetry) ObserveAdmission(state func() AdmissionState) error {
 	m := t.meter
@@ -56,6 +60,11 @@ func (t *Telemetry) ObserveAdmission(state func() AdmissionState) error {
 	if err != nil {
 		return err
 	}
+	light, err := m.Int64ObservableCounter("sluice.guard.queue.light",
+		metric.WithDescription("Requests of callers under their fair share admitted past waiting requests, within light_reserve_items, since start."))
+	if err != nil {
+		return err
+	}
 	t.stats.setAdmission(state)
 	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		s := state()
@@ -65,7 +74,8 @@ func (t *Telemetry) ObserveAdmission(state func() AdmissionState) error {
 		o.ObserveInt64(inUse, s.ItemsInUse)
 		o.ObserveInt64(waiting, int64(s.Waiting))
 		o.ObserveInt64(shed, s.Shed)
+		o.ObserveInt64(light, s.Light)
 		return nil
-	}, limit, minLimit, maxLimit, inUse, waiting, shed)
+	}, limit, minLimit, maxLimit, inUse, waiting, shed, light)
 	return err
 }

@@ -26,6 +26,16 @@
 // flow (as in FQ-CoDel): the heavy flows' standing backlog holds their
 // own waiters to Target, not a light flow's.
 //
+// A flow under its share may also go past the queue, within a small
+// reserve of items over the capacity (Config.Reserve): an interactive
+// request whose flow has no waiters and has used less than the mean of
+// the flows of late is admitted at once, even while heavier flows wait,
+// as long as the items in use stay within capacity plus reserve. So a
+// caller that asks for little never waits for a grant behind the heavy
+// flows' backlog; it only shares the CPU with the work in flight. The
+// heavy flows wait until the items in use are back under the capacity,
+// so the reserve bounds how far over it the process ever goes.
+//
 // Batch requests (Request.Batch) are shed first: one that cannot start at
 // once while others already wait is refused without queueing, freed
 // capacity goes to interactive waiters before batch ones, and batch
@@ -69,6 +79,10 @@ type Config struct {
 	// Interval is N: how long the queue must have been non-empty to count
 	// as standing, and the longest wait otherwise.
 	Interval time.Duration
+	// Reserve is how many items beyond Capacity may be in use at once
+	// for requests of flows under their share that go past the queue
+	// (see the package doc); 0 means none.
+	Reserve int64
 }
 
 // DefaultConfig returns Facebook's published values (M 5 ms, N 100 ms)
@@ -88,6 +102,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("queue: target %v and interval %v must be positive", c.Target, c.Interval)
 	case c.Target > c.Interval:
 		return fmt.Errorf("queue: target %v must not exceed interval %v", c.Target, c.Interval)
+	case c.Reserve < 0 || c.Reserve > c.Capacity:
+		return fmt.Errorf("queue: reserve must be between 0 and the capacity %d, got %d", c.Capacity, c.Reserve)
 	}
 	return nil
 }
@@ -138,6 +154,7 @@ type Stats struct {
 	Waiting  int   // requests in the queue
 	Standing bool  // whether the queue counts as standing now
 	Shed     int64 // requests shed since start
+	Light    int64 // requests admitted past waiters, within the reserve, since start
 }
 
 // Queue admits requests against a capacity of items. It is safe for
@@ -154,6 +171,7 @@ type Queue struct {
 	lastEmpty time.Time // the last time waiters was empty
 	stopCheck func() bool
 	shed      int64
+	passed    int64 // admitted past waiters within the reserve
 }
 
 type waiter struct {
@@ -264,6 +282,12 @@ func (q *Queue) enter(r Request) (*waiter, error) {
 			return nil, nil
 		}
 	}
+	if q.light(r, now) {
+		q.inUse += r.Cost
+		q.passed++
+		q.fair.admitted(r.Flow, r.Weight, r.Cost, now)
+		return nil, nil
+	}
 	if r.Batch && !r.Continues && len(q.waiters) > 0 {
 		return nil, q.refuse(fmt.Errorf("%w: batch work is not queued while %d requests wait", ErrShed, len(q.waiters)))
 	}
@@ -291,6 +315,26 @@ func (q *Queue) enter(r Request) (*waiter, error) {
 	q.waiters = append(q.waiters, w)
 	w.stop = q.clock.AfterFunc(wait, func() { q.expire(w) })
 	return w, nil
+}
+
+// light reports whether r may go past the waiters (with none, it is
+// first in line anyway): an interactive new request of a flow with none
+// of its own waiting, which has used less
+// than the mean of the flows of late at its weight (so with no other
+// flow it never is), fitting within the capacity plus the reserve.
+func (q *Queue) light(r Request, now time.Time) bool {
+	if len(q.waiters) == 0 || r.Batch || r.Continues || q.inUse+r.Cost > q.capacity+q.cfg.Reserve {
+		return false
+	}
+	share := 0.0 // its recent usage at its weight; none for a new flow
+	if fl := q.fair.flows[r.Flow]; fl != nil {
+		if fl.waiting > 0 {
+			return false
+		}
+		share = fl.used(now) / fl.weight
+	}
+	mean, _ := q.fair.meanUsage(now)
+	return share < mean
 }
 
 func (q *Queue) refuse(err error) error {
@@ -502,6 +546,7 @@ func (q *Queue) Stats() Stats {
 		Waiting:  len(q.waiters),
 		Standing: len(q.waiters) > 0 && q.cfg.standing(now, q.lastEmpty),
 		Shed:     q.shed,
+		Light:    q.passed,
 	}
 }
 

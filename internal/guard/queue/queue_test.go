@@ -155,9 +155,15 @@ type result struct {
 
 func newHarness(t *testing.T, capacity int64, maxWaiters int) *harness {
 	t.Helper()
-	clock := newFakeClock()
 	cfg := DefaultConfig()
 	cfg.Capacity, cfg.MaxWaiters = capacity, maxWaiters
+	return newHarnessWith(t, cfg)
+}
+
+// newHarnessWith is newHarness with a whole config.
+func newHarnessWith(t *testing.T, cfg Config) *harness {
+	t.Helper()
+	clock := newFakeClock()
 	q, err := New(cfg, clock)
 	if err != nil {
 		t.Fatal(err)
@@ -835,6 +841,89 @@ func TestUnderShareNotShedForALighterFlow(t *testing.T) {
 	hold()
 	if r := recv(t, out); r.id != 1 || r.err != nil {
 		t.Fatalf("got waiter %d (%v), want feed's waiter served", r.id, r.err)
+	} else {
+		r.release()
+	}
+}
+
+// Tests the light reserve: an interactive request of a flow under its
+// share, with none of its own waiting, is admitted at once while a heavy
+// flow's backlog waits, but only within capacity plus reserve; batch
+// work, a flow over its share and a flow that already waits take the
+// queue; and the heavy waiters are granted only once the items in use
+// are back under the capacity.
+func TestLightFlowPassesBacklogWithinReserve(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Capacity, cfg.MaxWaiters, cfg.Reserve = 10, 100, 3
+	h := newHarnessWith(t, cfg)
+	q, ctx := h.q, h.ctx
+
+	h.acquireNow(Request{Cost: 10, Flow: "d"})() // d has had its share of late
+	hold := h.acquireNow(Request{Cost: 10, Flow: "heavy"})
+	out := make(chan result, 16)
+	for id := range 3 {
+		h.wait(ctx, id, Request{Cost: 5, Flow: "heavy"}, out)
+	}
+	a := h.acquireNow(Request{Cost: 2, Flow: "a"}) // 12 of 13 in use
+	if s := q.Stats(); s.InUse != 12 || s.Light != 1 || s.Waiting != 3 {
+		t.Fatalf("stats %+v after a light request passed the backlog, want 12 in use, 1 light, 3 waiting", s)
+	}
+	h.wait(ctx, 10, Request{Cost: 2, Flow: "b"}, out)     // 14 would exceed 13
+	h.wait(ctx, 12, Request{Cost: 1, Flow: "heavy"}, out) // has waiters
+	h.wait(ctx, 13, Request{Cost: 1, Flow: "d"}, out)     // over the mean, no waiters
+	h.wait(ctx, 14, Request{Cost: 1, Flow: "b"}, out)     // fits, but b already waits
+	if _, err := q.Acquire(ctx, Request{Cost: 1, Flow: "c", Batch: true}); !errors.Is(err, ErrShed) {
+		t.Fatalf("batch request of a light flow while others wait: %v, want shed, never passed", err)
+	}
+	if s := q.Stats(); s.InUse != 12 || s.Light != 1 || s.Waiting != 7 {
+		t.Fatalf("stats %+v, want the reserve's limit, flows with waiters and d to queue", s)
+	}
+	hold()
+	granted := []result{recv(t, out), recv(t, out), recv(t, out)}
+	var ids []int
+	for _, r := range granted {
+		if r.err != nil {
+			t.Fatalf("waiter %d: %v", r.id, r.err)
+		}
+		ids = append(ids, r.id)
+	}
+	if slices.Sort(ids); !slices.Equal(ids, []int{0, 10, 13}) {
+		t.Fatalf("grants once the heavy hold ended: %v, want b's (10), d's (13) and the oldest heavy one (0)", ids)
+	}
+	if s := q.Stats(); s.InUse != 10 || s.Waiting != 4 {
+		t.Fatalf("stats %+v, want 10 in use: no grant from the queue over the capacity", s)
+	}
+	a()
+	for _, r := range granted {
+		r.release()
+	}
+	for range 4 {
+		if r := recv(t, out); r.err == nil {
+			r.release()
+		}
+	}
+	if s := q.Stats(); s.InUse != 0 || s.Light != 1 {
+		t.Errorf("stats %+v after all released, want nothing in use and still 1 light admission", s)
+	}
+}
+
+// Tests that the reserve is only for going past waiters: with nobody
+// waiting, a light request that does not fit queues (and is first in
+// line), so the capacity holds whenever the queue is empty.
+func TestLightReserveOnlyPastWaiters(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Capacity, cfg.MaxWaiters, cfg.Reserve = 10, 100, 3
+	h := newHarnessWith(t, cfg)
+	q, ctx := h.q, h.ctx
+	hold := h.acquireNow(Request{Cost: 10, Flow: "heavy"})
+	out := make(chan result, 1)
+	h.wait(ctx, 1, Request{Cost: 1, Flow: "light"}, out)
+	if s := q.Stats(); s.InUse != 10 || s.Light != 0 {
+		t.Fatalf("stats %+v, want the light request queued, the capacity kept", s)
+	}
+	hold()
+	if r := recv(t, out); r.err != nil {
+		t.Fatalf("light waiter once capacity freed: %v", r.err)
 	} else {
 		r.release()
 	}
