@@ -215,6 +215,23 @@ func (f *fairState) lead(fl *flow, extra int64, weight float64, now time.Time) f
 	return f.startTag(fl) - f.vtime + (fl.used(now)+float64(fl.queued+extra))/fl.weight
 }
 
+// ahead reports whether a new interactive request of fl (nil: a flow
+// with nothing granted or waiting) costing cost would be served before
+// w in pick's order.
+func (f *fairState) ahead(fl *flow, cost int64, weight float64, w *waiter, now time.Time) bool {
+	if w.req.Batch {
+		return true
+	}
+	tag := f.vtime
+	if fl != nil {
+		tag = f.startTag(fl)
+	}
+	if wTag := f.startTag(w.flow); tag != wTag {
+		return tag < wTag
+	}
+	return f.lead(fl, cost, weight, now) < f.lead(w.flow, 0, 0, now)
+}
+
 // startTag is when fl's next waiter starts in virtual time.
 func (f *fairState) startTag(fl *flow) float64 { return max(f.vtime, fl.finish) }
 

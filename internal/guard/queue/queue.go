@@ -27,14 +27,16 @@
 // own waiters to Target, not a light flow's.
 //
 // A flow under its share may also go past the queue, within a small
-// reserve of items over the capacity (Config.Reserve): an interactive
-// request whose flow has no waiters and has used less than the mean of
-// the flows of late is admitted at once, even while heavier flows wait,
-// as long as the items in use stay within capacity plus reserve. So a
-// caller that asks for little never waits for a grant behind the heavy
-// flows' backlog; it only shares the CPU with the work in flight. The
-// heavy flows wait until the items in use are back under the capacity,
-// so the reserve bounds how far over it the process ever goes.
+// reserve of items over the capacity: an interactive request whose flow
+// has no waiters, has used less than the mean of the flows of late and
+// comes before the next waiter in fair order is admitted at once while
+// others wait, as long as the items in use stay within the capacity
+// plus the reserve (Config.Reserve, at most a quarter of the capacity in
+// force). So a caller that asks for little does not wait for a release
+// behind the heavy flows' backlog while the reserve has room; it only
+// shares the CPU with the work in flight. Waiters are granted only under
+// the capacity, so, but for a lowered capacity or a request running
+// alone, the reserve bounds how far over it the items in use go.
 //
 // Batch requests (Request.Batch) are shed first: one that cannot start at
 // once while others already wait is refused without queueing, freed
@@ -79,9 +81,10 @@ type Config struct {
 	// Interval is N: how long the queue must have been non-empty to count
 	// as standing, and the longest wait otherwise.
 	Interval time.Duration
-	// Reserve is how many items beyond Capacity may be in use at once
-	// for requests of flows under their share that go past the queue
-	// (see the package doc); 0 means none.
+	// Reserve is how many items beyond the capacity in force may be in
+	// use at once for requests of flows under their share that go past
+	// the queue (see the package doc), at most a quarter of that
+	// capacity; 0 means none.
 	Reserve int64
 }
 
@@ -319,23 +322,30 @@ func (q *Queue) enter(r Request) (*waiter, error) {
 
 // light reports whether r may go past the waiters (with none, it is
 // first in line anyway): an interactive new request of a flow with none
-// of its own waiting, which has used less
-// than the mean of the flows of late at its weight (so with no other
-// flow it never is), fitting within the capacity plus the reserve.
+// of its own waiting, which has used less than the mean of the flows of
+// late at its weight (so with no other flow it never is) and would be
+// served before the waiter served next, fitting within the capacity
+// plus the reserve in force.
 func (q *Queue) light(r Request, now time.Time) bool {
-	if len(q.waiters) == 0 || r.Batch || r.Continues || q.inUse+r.Cost > q.capacity+q.cfg.Reserve {
+	if len(q.waiters) == 0 || r.Batch || r.Continues || q.inUse+r.Cost > q.capacity+q.reserve() {
 		return false
 	}
+	fl := q.fair.flows[r.Flow]
 	share := 0.0 // its recent usage at its weight; none for a new flow
-	if fl := q.fair.flows[r.Flow]; fl != nil {
+	if fl != nil {
 		if fl.waiting > 0 {
 			return false
 		}
 		share = fl.used(now) / fl.weight
 	}
 	mean, _ := q.fair.meanUsage(now)
-	return share < mean
+	return share < mean && q.fair.ahead(fl, r.Cost, r.Weight, q.next(now), now)
 }
+
+// reserve is how far over the capacity light requests may take the
+// items in use now: Config.Reserve, at most a quarter of the capacity in
+// force, so that it shrinks as an adaptive controller lowers it.
+func (q *Queue) reserve() int64 { return min(q.cfg.Reserve, q.capacity/4) }
 
 func (q *Queue) refuse(err error) error {
 	q.shed++

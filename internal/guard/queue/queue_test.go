@@ -846,40 +846,38 @@ func TestUnderShareNotShedForALighterFlow(t *testing.T) {
 	}
 }
 
-// Tests the light reserve: an interactive request of a flow under its
-// share, with none of its own waiting, is admitted at once while a heavy
-// flow's backlog waits, but only within capacity plus reserve; batch
-// work, a flow over its share and a flow that already waits take the
-// queue; and the heavy waiters are granted only once the items in use
-// are back under the capacity.
+// Tests the light reserve in a run: interactive requests of flows under
+// their share, with none of their own waiting, are admitted at once
+// while a heavy flow's backlog waits, a new flow and a known one alike,
+// up to exactly capacity plus reserve; a flow over its share, a flow
+// that already waits and a request past the reserve take the queue; and
+// waiters are granted only under the capacity.
 func TestLightFlowPassesBacklogWithinReserve(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.Capacity, cfg.MaxWaiters, cfg.Reserve = 10, 100, 3
+	cfg.Capacity, cfg.MaxWaiters, cfg.Reserve = 12, 100, 3
 	h := newHarnessWith(t, cfg)
 	q, ctx := h.q, h.ctx
 
-	h.acquireNow(Request{Cost: 10, Flow: "d"})() // d has had its share of late
-	hold := h.acquireNow(Request{Cost: 10, Flow: "heavy"})
+	h.acquireNow(Request{Cost: 12, Flow: "d"})() // d has had its share of late
+	hold := h.acquireNow(Request{Cost: 12, Flow: "heavy"})
 	out := make(chan result, 16)
 	for id := range 3 {
 		h.wait(ctx, id, Request{Cost: 5, Flow: "heavy"}, out)
 	}
-	a := h.acquireNow(Request{Cost: 2, Flow: "a"}) // 12 of 13 in use
-	if s := q.Stats(); s.InUse != 12 || s.Light != 1 || s.Waiting != 3 {
-		t.Fatalf("stats %+v after a light request passed the backlog, want 12 in use, 1 light, 3 waiting", s)
+	a1 := h.acquireNow(Request{Cost: 2, Flow: "a"}) // a new flow
+	a2 := h.acquireNow(Request{Cost: 1, Flow: "a"}) // known now, still under the mean; 15 of 15
+	if s := q.Stats(); s.InUse != 15 || s.Light != 2 || s.Waiting != 3 || s.Flows != 3 {
+		t.Fatalf("stats %+v after light requests passed the backlog, want 15 in use, 2 light, 3 waiting, 3 flows (a's usage counted)", s)
 	}
-	h.wait(ctx, 10, Request{Cost: 2, Flow: "b"}, out)     // 14 would exceed 13
+	h.wait(ctx, 10, Request{Cost: 2, Flow: "b"}, out)     // 17 would exceed 15
 	h.wait(ctx, 12, Request{Cost: 1, Flow: "heavy"}, out) // has waiters
 	h.wait(ctx, 13, Request{Cost: 1, Flow: "d"}, out)     // over the mean, no waiters
-	h.wait(ctx, 14, Request{Cost: 1, Flow: "b"}, out)     // fits, but b already waits
-	if _, err := q.Acquire(ctx, Request{Cost: 1, Flow: "c", Batch: true}); !errors.Is(err, ErrShed) {
-		t.Fatalf("batch request of a light flow while others wait: %v, want shed, never passed", err)
-	}
-	if s := q.Stats(); s.InUse != 12 || s.Light != 1 || s.Waiting != 7 {
+	h.wait(ctx, 14, Request{Cost: 1, Flow: "b"}, out)     // b already waits
+	if s := q.Stats(); s.InUse != 15 || s.Light != 2 || s.Waiting != 7 {
 		t.Fatalf("stats %+v, want the reserve's limit, flows with waiters and d to queue", s)
 	}
 	hold()
-	granted := []result{recv(t, out), recv(t, out), recv(t, out)}
+	granted := []result{recv(t, out), recv(t, out), recv(t, out), recv(t, out)}
 	var ids []int
 	for _, r := range granted {
 		if r.err != nil {
@@ -887,24 +885,132 @@ func TestLightFlowPassesBacklogWithinReserve(t *testing.T) {
 		}
 		ids = append(ids, r.id)
 	}
-	if slices.Sort(ids); !slices.Equal(ids, []int{0, 10, 13}) {
-		t.Fatalf("grants once the heavy hold ended: %v, want b's (10), d's (13) and the oldest heavy one (0)", ids)
+	if slices.Sort(ids); !slices.Equal(ids, []int{0, 10, 13, 14}) {
+		t.Fatalf("grants once the heavy hold ended: %v, want b's (10, 14), d's (13) and the oldest heavy one (0)", ids)
 	}
-	if s := q.Stats(); s.InUse != 10 || s.Waiting != 4 {
-		t.Fatalf("stats %+v, want 10 in use: no grant from the queue over the capacity", s)
+	if s := q.Stats(); s.InUse != 12 || s.Waiting != 3 {
+		t.Fatalf("stats %+v, want 12 in use: no grant from the queue over the capacity", s)
 	}
-	a()
+	a1()
+	a2()
 	for _, r := range granted {
 		r.release()
 	}
-	for range 4 {
+	for range 3 {
 		if r := recv(t, out); r.err == nil {
 			r.release()
 		}
 	}
-	if s := q.Stats(); s.InUse != 0 || s.Light != 1 {
-		t.Errorf("stats %+v after all released, want nothing in use and still 1 light admission", s)
+	if s := q.Stats(); s.InUse != 0 || s.Light != 2 {
+		t.Errorf("stats %+v after all released, want nothing in use and still 2 light admissions", s)
 	}
+}
+
+// Tests each condition of the light reserve on its own: capacity 12,
+// reserve 3, all of it held by a heavy flow with one waiter of 5 items,
+// then one more request that either goes past (admitted at once),
+// queues, or is shed.
+func TestLightReserveRule(t *testing.T) {
+	const (
+		passes = "admitted at once"
+		queues = "queued"
+		shed   = "shed"
+	)
+	for _, tc := range []struct {
+		name   string
+		before func(h *harness)                                         // before the heavy flow takes the capacity
+		after  func(h *harness, ctx context.Context, out chan<- result) // before the request
+		req    Request
+		want   string
+	}{
+		{name: "new flow within the reserve", req: Request{Cost: 3, Flow: "x"}, want: passes},
+		{name: "new flow past the reserve", req: Request{Cost: 4, Flow: "x"}, want: queues},
+		{name: "later piece of a batch", req: Request{Cost: 1, Flow: "x", Continues: true}, want: queues},
+		{name: "batch work", req: Request{Cost: 1, Flow: "x", Batch: true}, want: shed},
+		{name: "flow at the mean", before: charge("x", 12, 1), req: Request{Cost: 1, Flow: "x"}, want: queues},
+		{name: "flow at the mean by count, under it by weight", before: charge("x", 12, 4),
+			req: Request{Cost: 1, Flow: "x", Weight: 4}, want: passes},
+		{name: "flow whose usage has faded", before: func(h *harness) {
+			charge("x", 12, 1)(h)
+			h.clock.Advance(10 * usageHalfLife)
+		}, req: Request{Cost: 1, Flow: "x"}, want: passes},
+		{name: "capacity lowered: the reserve shrinks with it", after: func(h *harness, _ context.Context, _ chan<- result) {
+			h.q.SetCapacity(10) // reserve 2, not 3: 13 would exceed 10 + 2
+		}, req: Request{Cost: 1, Flow: "x"}, want: queues},
+		{name: "behind the next waiter in fair order", before: charge("x", 4, 1),
+			after: func(h *harness, ctx context.Context, out chan<- result) {
+				h.wait(ctx, 2, Request{Cost: 4, Flow: "l"}, out) // past the reserve; served before x's request would be
+			}, req: Request{Cost: 1, Flow: "x"}, want: queues},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Capacity, cfg.MaxWaiters, cfg.Reserve = 12, 100, 3
+			h := newHarnessWith(t, cfg)
+			ctx, cancel := context.WithCancel(h.ctx)
+			defer cancel()
+			if tc.before != nil {
+				tc.before(h)
+			}
+			hold := h.acquireNow(Request{Cost: 12, Flow: "heavy"})
+			out := make(chan result, 4)
+			h.wait(ctx, 1, Request{Cost: 5, Flow: "heavy"}, out)
+			if tc.after != nil {
+				tc.after(h, ctx, out)
+			}
+			waiting, inUse := h.q.Stats().Waiting, h.q.Stats().InUse
+			got := make(chan result, 1)
+			go func() {
+				release, err := h.q.Acquire(ctx, tc.req)
+				got <- result{0, release, err}
+			}()
+			outcome := ""
+			for outcome == "" {
+				select {
+				case r := <-got:
+					outcome = shed
+					if r.err == nil {
+						outcome = passes
+						r.release()
+					} else if !errors.Is(r.err, ErrShed) {
+						t.Fatalf("Acquire: %v", r.err)
+					}
+				case <-time.After(time.Millisecond):
+					if h.q.Stats().Waiting > waiting {
+						outcome = queues
+					}
+				}
+			}
+			if outcome != tc.want {
+				t.Errorf("request %+v with %d items in use and %d waiting: %s, want %s", tc.req, inUse, waiting, outcome, tc.want)
+			}
+			if outcome == passes && h.q.Stats().Light != 1 {
+				t.Errorf("stats %+v, want 1 light admission counted", h.q.Stats())
+			}
+			cancel()
+			hold()
+			left := waiting // the waiters' answers, and the request's if it queued
+			if outcome == queues {
+				left++
+			}
+			for range left {
+				select {
+				case r := <-out:
+					if r.err == nil {
+						r.release()
+					}
+				case r := <-got:
+					if r.err == nil {
+						r.release()
+					}
+				}
+			}
+		})
+	}
+}
+
+// charge returns a step that makes flow's recent usage items at weight.
+func charge(flow string, items int64, weight float64) func(h *harness) {
+	return func(h *harness) { h.acquireNow(Request{Cost: items, Flow: flow, Weight: weight})() }
 }
 
 // Tests that the reserve is only for going past waiters: with nobody
@@ -912,13 +1018,12 @@ func TestLightFlowPassesBacklogWithinReserve(t *testing.T) {
 // line), so the capacity holds whenever the queue is empty.
 func TestLightReserveOnlyPastWaiters(t *testing.T) {
 	cfg := DefaultConfig()
-	cfg.Capacity, cfg.MaxWaiters, cfg.Reserve = 10, 100, 3
+	cfg.Capacity, cfg.MaxWaiters, cfg.Reserve = 12, 100, 3
 	h := newHarnessWith(t, cfg)
-	q, ctx := h.q, h.ctx
-	hold := h.acquireNow(Request{Cost: 10, Flow: "heavy"})
+	hold := h.acquireNow(Request{Cost: 12, Flow: "heavy"})
 	out := make(chan result, 1)
-	h.wait(ctx, 1, Request{Cost: 1, Flow: "light"}, out)
-	if s := q.Stats(); s.InUse != 10 || s.Light != 0 {
+	h.wait(h.ctx, 1, Request{Cost: 1, Flow: "light"}, out)
+	if s := h.q.Stats(); s.InUse != 12 || s.Light != 0 {
 		t.Fatalf("stats %+v, want the light request queued, the capacity kept", s)
 	}
 	hold()
