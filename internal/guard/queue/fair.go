@@ -217,10 +217,12 @@ func (f *fairState) lead(fl *flow, extra int64, weight float64, now time.Time) f
 
 // ahead reports whether a new interactive request of fl (nil: a flow
 // with nothing granted or waiting) costing cost would be served before
-// w in pick's order.
+// w, an interactive waiter, in pick's order. Before a batch waiter, the
+// next grant goes to it anyway: false, so that it waits for that grant
+// instead of adding to the items in flight.
 func (f *fairState) ahead(fl *flow, cost int64, weight float64, w *waiter, now time.Time) bool {
 	if w.req.Batch {
-		return true
+		return false
 	}
 	tag := f.vtime
 	if fl != nil {

@@ -29,8 +29,9 @@
 // A flow under its share may also go past the queue, within a small
 // reserve of items over the capacity: an interactive request whose flow
 // has no waiters, has used less than the mean of the flows of late and
-// comes before the next waiter in fair order is admitted at once while
-// others wait, as long as the items in use stay within the capacity
+// comes before the next waiter, an interactive one, in fair order is
+// admitted at once while others wait (with only batch work waiting, the
+// next grant is its own anyway), as long as the items in use stay within the capacity
 // plus the reserve (Config.Reserve, at most a quarter of the capacity in
 // force). So a caller that asks for little does not wait for a release
 // behind the heavy flows' backlog while the reserve has room; it only

@@ -922,6 +922,9 @@ func TestLightReserveRule(t *testing.T) {
 		after  func(h *harness, ctx context.Context, out chan<- result) // before the request
 		req    Request
 		want   string
+		// heavyBatch makes the heavy flow's waiter a later piece of a
+		// batch-criticality request.
+		heavyBatch bool
 	}{
 		{name: "new flow within the reserve", req: Request{Cost: 3, Flow: "x"}, want: passes},
 		{name: "new flow past the reserve", req: Request{Cost: 4, Flow: "x"}, want: queues},
@@ -937,6 +940,9 @@ func TestLightReserveRule(t *testing.T) {
 		{name: "capacity lowered: the reserve shrinks with it", after: func(h *harness, _ context.Context, _ chan<- result) {
 			h.q.SetCapacity(10) // reserve 2, not 3: 13 would exceed 10 + 2
 		}, req: Request{Cost: 1, Flow: "x"}, want: queues},
+		{name: "only batch work waits: next in line anyway", after: func(h *harness, ctx context.Context, out chan<- result) {
+			h.wait(ctx, 2, Request{Cost: 1, Flow: "y", Batch: true, Continues: true}, out)
+		}, heavyBatch: true, req: Request{Cost: 1, Flow: "x"}, want: queues},
 		{name: "behind the next waiter in fair order", before: charge("x", 4, 1),
 			after: func(h *harness, ctx context.Context, out chan<- result) {
 				h.wait(ctx, 2, Request{Cost: 4, Flow: "l"}, out) // past the reserve; served before x's request would be
@@ -953,7 +959,7 @@ func TestLightReserveRule(t *testing.T) {
 			}
 			hold := h.acquireNow(Request{Cost: 12, Flow: "heavy"})
 			out := make(chan result, 4)
-			h.wait(ctx, 1, Request{Cost: 5, Flow: "heavy"}, out)
+			h.wait(ctx, 1, Request{Cost: 5, Flow: "heavy", Batch: tc.heavyBatch, Continues: tc.heavyBatch}, out)
 			if tc.after != nil {
 				tc.after(h, ctx, out)
 			}
