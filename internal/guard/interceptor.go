@@ -97,7 +97,8 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 	}
 	if len(items) > m.policy.MaxItems {
 		// Only a client whose batches split gets here (checkShape).
-		resp, err := s.serveSplit(ctx, info.FullMethod, client, m, split, req.(proto.Message), len(items), handler)
+		joined, err := s.serveSplit(ctx, info.FullMethod, client, m, split, req.(proto.Message), len(items), handler)
+		resp, err := s.holdResponse(info.FullMethod, client, joined, err)
 		s.observer.Finished(ctx, r, status.Code(err), time.Since(start))
 		return resp, err
 	}

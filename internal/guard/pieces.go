@@ -3,7 +3,6 @@ package guard
 import (
 	"cmp"
 	"context"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -73,11 +72,9 @@ func (s *Server) servePieces(ctx context.Context, r Request, m *method, req prot
 // pieces admits and serves every piece of r. served reports whether any
 // piece reached the handler; reason is why a piece was refused, if one
 // was.
-func (s *Server) pieces(ctx context.Context, r Request, m *method, req proto.Message, batch bool, handler grpc.UnaryHandler) (resp proto.Message, served bool, reason string, err error) {
+func (s *Server) pieces(ctx context.Context, r Request, m *method, req proto.Message, batch bool, handler grpc.UnaryHandler) (resp *joinedAnswer, served bool, reason string, err error) {
 	size, n := s.cfg.PieceItems, r.Items
 	parts := make([][]byte, (n+size-1)/size)
-	var like proto.Message
-	var once sync.Once
 	var started atomic.Bool
 	var began time.Time          // when the first piece was admitted
 	var refusal atomic.Value     // string
@@ -110,9 +107,7 @@ func (s *Server) pieces(ctx context.Context, r Request, m *method, req proto.Mes
 		took := time.Since(pieceBegan)
 		s.service.observe(r.Method, int64(hi-lo), took)
 		s.observeCapacity(int64(hi-lo), took)
-		msg := out.(proto.Message)
-		once.Do(func() { like = msg })
-		parts[i], err = pieceWire(shortName(r.Method), msg, i, hi-lo)
+		parts[i], err = pieceWire(shortName(r.Method), out.(proto.Message), i, hi-lo)
 		return err
 	})
 	why, _ := refusal.Load().(string)
@@ -124,5 +119,5 @@ func (s *Server) pieces(ctx context.Context, r Request, m *method, req proto.Mes
 	// a queue would make batches look hopeless; the later pieces' waits
 	// are part of serving in pieces, so they count.
 	s.service.observe(r.Method, int64(n), time.Since(began))
-	return joinWire(like, parts), true, "", nil
+	return joinWire(parts), true, "", nil
 }

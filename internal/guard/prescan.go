@@ -44,8 +44,11 @@ func newCodec() (codec, error) {
 func (c codec) Name() string { return c.proto.Name() }
 
 func (c codec) Marshal(v any) (mem.BufferSlice, error) {
-	if r, ok := v.(*sizedResponse); ok {
+	switch r := v.(type) {
+	case *sizedResponse:
 		return marshalSized(r)
+	case *joinedAnswer:
+		return partsBuffers(r.parts, nil), nil
 	}
 	return c.proto.Marshal(v)
 }

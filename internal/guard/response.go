@@ -1,41 +1,77 @@
 package guard
 
 import (
+	"sync/atomic"
+
 	"github.com/sluice-dev/sluice/internal/guard/membudget"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 )
 
 // sizedResponse is a response whose wire size is reserved in the
-// response ledger; codec marshals it into a buffer that gives the bytes
-// back when the transport frees it, after writing it out.
+// response ledger; codec marshals it into buffers that give the bytes
+// back when the transport frees them, after writing them out. It holds
+// either a message or a joined answer's wire parts.
 type sizedResponse struct {
-	proto.Message
-	size int // proto.Size, as reserved; it also fills the message's size cache
-	res  *membudget.Reservation
+	proto.Message          // nil for a joined answer
+	parts         [][]byte // a joined answer's pieces, in order
+	size          int      // proto.Size or the parts' total, as reserved; it also fills the message's size cache
+	res           *membudget.Reservation
+}
+
+// joinedAnswer is an answer served in pieces (pieces.go, split.go), kept
+// as its pieces' wire forms in request order. The response is one
+// repeated field, so the parts written one after the other are the wire
+// form of the whole answer: codec hands them to the transport as they
+// are, and a 20,000-record answer is neither copied into one buffer nor
+// marshalled a second time.
+type joinedAnswer struct {
+	parts [][]byte
+	size  int
+}
+
+// joinWire is the whole answer built from the pieces' wire forms.
+func joinWire(parts [][]byte) *joinedAnswer {
+	size := 0
+	for _, p := range parts {
+		size += len(p)
+	}
+	return &joinedAnswer{parts: parts, size: size}
 }
 
 // holdResponse reserves resp's wire size before it is marshalled, or
 // refuses it: the records are read but will not be queued for a wire
 // that is not draining. resp must not change after this call: the sizes
-// computed here are the ones marshalSized writes.
+// computed here are the ones codec writes.
 func (s *Server) holdResponse(fullMethod, client string, resp any, err error) (any, error) {
-	msg, ok := resp.(proto.Message)
-	if err != nil || !ok || msg == nil {
+	if err != nil || resp == nil {
 		return resp, err
 	}
-	size := proto.Size(msg)
-	res, refusal := s.mem.responses.Reserve(client, membudget.Bytes(size))
+	var out *sizedResponse
+	switch r := resp.(type) {
+	case *joinedAnswer:
+		out = &sizedResponse{parts: r.parts, size: r.size}
+	case proto.Message:
+		out = &sizedResponse{Message: r, size: proto.Size(r)}
+	default:
+		return resp, err
+	}
+	res, refusal := s.mem.responses.Reserve(client, membudget.Bytes(out.size))
 	if refusal != nil {
 		return nil, s.mem.refuse(shortName(fullMethod), refusal)
 	}
-	return &sizedResponse{Message: msg, size: size, res: res}, nil
+	out.res = res
+	return out, nil
 }
 
-// marshalSized marshals r into one pooled buffer whose last Free gives
-// r's reservation back. The message's sizes were computed when it was
-// reserved, so the marshal reuses them.
+// marshalSized writes r into pooled buffers whose last Free gives r's
+// reservation back: a message is marshalled into one buffer (its sizes
+// were computed when it was reserved, so the marshal reuses them); a
+// joined answer's parts go out as they are.
 func marshalSized(r *sizedResponse) (mem.BufferSlice, error) {
+	if r.Message == nil {
+		return partsBuffers(r.parts, r.res), nil
+	}
 	pool := releasingPool{BufferPool: mem.DefaultBufferPool(), res: r.res}
 	buf := pool.BufferPool.Get(r.size)
 	out, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend((*buf)[:0], r.Message)
@@ -50,6 +86,48 @@ func marshalSized(r *sizedResponse) (mem.BufferSlice, error) {
 		r.res.Release()
 	}
 	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
+}
+
+// partsBuffers hands parts to the transport without copying them. res
+// (nil for none) goes back when the transport has freed every part large
+// enough to be tracked (mem.NewBuffer neither pools nor frees small
+// ones; their bytes are too few to hold back).
+func partsBuffers(parts [][]byte, res *membudget.Reservation) mem.BufferSlice {
+	out := make(mem.BufferSlice, 0, len(parts))
+	done := &lastFree{res: res}
+	for i, part := range parts {
+		parts[i] = nil // the transport owns it now
+		if len(part) == 0 {
+			continue
+		}
+		if !mem.IsBelowBufferPoolingThreshold(cap(part)) {
+			done.left.Add(1)
+		}
+		out = append(out, mem.NewBuffer(&part, done))
+	}
+	if done.left.Load() == 0 {
+		res.Release()
+	}
+	return out
+}
+
+// lastFree is the "pool" of a joined answer's parts: it keeps none of
+// them (they were the pieces' own marshal buffers) and gives the
+// answer's reservation back when the last one is freed.
+type lastFree struct {
+	left atomic.Int64
+	res  *membudget.Reservation
+}
+
+func (p *lastFree) Get(length int) *[]byte {
+	b := make([]byte, length)
+	return &b
+}
+
+func (p *lastFree) Put(*[]byte) {
+	if p.left.Add(-1) == 0 {
+		p.res.Release()
+	}
 }
 
 // releasingPool returns buffers to the pool and a reservation to its

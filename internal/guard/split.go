@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/guard/fanout"
@@ -36,9 +35,12 @@ import (
 //
 // Memory: the request is decoded whole (max_split_items URIs, bounded by
 // max_recv_msg_bytes too). At most splitConcurrency pieces are in the
-// cache and store at once, each holding only its own fetches; a piece's
-// answer is kept until the whole answer is sent, since a unary response
-// is one message, so the answer holds at most max_split_items records.
+// cache and store at once, each holding only its own fetches; each
+// piece's answer is encoded as it finishes (its decoded records go at
+// once) and its wire bytes are kept until the transport has written
+// them, since a unary response is one message: the answer holds at most
+// max_split_items records, once, in wire form, reserved in the response
+// ledger like any other answer.
 
 // Oversize modes.
 const (
@@ -147,27 +149,24 @@ func joinable(in *itemField, out protoreflect.MessageDescriptor) bool {
 
 // serveSplit answers an oversized batch piece by piece (see the top of
 // this file). The first piece that fails fails the whole request.
-func (s *Server) serveSplit(ctx context.Context, fullMethod, client string, m *method, o Oversize, req proto.Message, n int, handler grpc.UnaryHandler) (any, error) {
+func (s *Server) serveSplit(ctx context.Context, fullMethod, client string, m *method, o Oversize, req proto.Message, n int, handler grpc.UnaryHandler) (*joinedAnswer, error) {
 	ctx, cancel := context.WithTimeout(ctx, cmp.Or(o.Timeout, m.policy.Timeout))
 	defer cancel()
 	size := min(m.policy.MaxItems, s.cfg.PieceItems)
 	parts := make([][]byte, (n+size-1)/size)
-	var like proto.Message
-	var once sync.Once
 	err := fanout.Each(fanout.WithLimit(ctx, splitConcurrency), len(parts), func(ctx context.Context, i int) error {
 		lo, hi := i*size, min(n, (i+1)*size)
 		resp, err := s.servePiece(ctx, fullMethod, client, m, m.items.slice(req, lo, hi), int64(hi-lo), handler)
 		if err != nil {
 			return err
 		}
-		once.Do(func() { like = resp })
 		parts[i], err = pieceWire(shortName(fullMethod), resp, i, hi-lo)
 		return err
 	})
 	if err != nil {
 		return nil, deadlineToStatus(ctx, err)
 	}
-	return joinWire(like, parts), nil
+	return joinWire(parts), nil
 }
 
 // servePiece admits and serves one piece as batch work. A piece refused
@@ -284,21 +283,4 @@ func countField(b []byte, num protowire.Number) int {
 		b = b[length:]
 	}
 	return n
-}
-
-// joinWire builds the whole answer, a message of type like, from the
-// pieces' wire forms, dropping each piece once copied.
-func joinWire(like proto.Message, parts [][]byte) proto.Message {
-	size := 0
-	for _, p := range parts {
-		size += len(p)
-	}
-	buf := make([]byte, 0, size)
-	for i, p := range parts {
-		buf = append(buf, p...)
-		parts[i] = nil
-	}
-	out := like.ProtoReflect().New()
-	out.SetUnknown(buf)
-	return out.Interface()
 }

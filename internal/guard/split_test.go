@@ -2,6 +2,7 @@ package guard_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
 	"github.com/sluice-dev/sluice/internal/guard"
@@ -77,6 +79,12 @@ func TestSplitOversizedBatch(t *testing.T) {
 	if peak := f.impl.peak.Load(); peak > 4*50 {
 		t.Errorf("peak fan-out %d, over 4 pieces × concurrency 50", peak)
 	}
+	// The joined answer is reserved in the response ledger like any
+	// other, and given back once written.
+	if size, peak := proto.Size(resp), f.srv.MemoryStats().Responses.Peak; int(peak) < size {
+		t.Errorf("response ledger peak %d bytes, below the answer's %d: the split answer was not reserved", peak, size)
+	}
+	waitFor(t, func() string { return fmt.Sprintf("the response ledger still holds %v after the split answer was written", f.srv.MemoryStats().Responses.Held) }, func() bool { return f.srv.MemoryStats().Responses.Held == 0 })
 
 	for _, caller := range []string{"", "unknown", "feed", "stranger"} {
 		before := f.impl.calls.Load()

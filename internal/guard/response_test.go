@@ -1,0 +1,95 @@
+package guard
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
+	"github.com/sluice-dev/sluice/internal/guard/membudget"
+	"google.golang.org/protobuf/proto"
+)
+
+// piecesOf encodes records as a joined answer's parts of size records
+// each, as pieces() and serveSplit do.
+func piecesOf(t *testing.T, records []*sluicev1.PostRecord, size int) [][]byte {
+	t.Helper()
+	var parts [][]byte
+	for lo := 0; lo < len(records); lo += size {
+		hi := min(len(records), lo+size)
+		b, err := proto.Marshal(&sluicev1.GetPostRecordsResponse{Records: records[lo:hi]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		parts = append(parts, b)
+	}
+	return parts
+}
+
+// Tests that a joined answer goes to the transport as its pieces' own
+// bytes, in order, without being copied into one buffer, that it decodes
+// as the whole answer, and that its reservation in the response ledger
+// is held until the transport has freed every part, then given back
+// whole.
+func TestJoinedAnswerGoesOutUncopiedAndReleasesOnLastFree(t *testing.T) {
+	records := make([]*sluicev1.PostRecord, 25)
+	for i := range records {
+		records[i] = &sluicev1.PostRecord{Uri: fmt.Sprintf("at://did:plc:a/app.bsky.feed.post/%d", i), Found: true,
+			Record: []byte(strings.Repeat("x", 400))}
+	}
+	parts := piecesOf(t, records, 10) // 10, 10 and 5 records: the last part small or not, both are counted right
+	first := &parts[0][0]
+	joined := joinWire(parts)
+
+	ledger := membudget.NewLedger("response bytes", 1<<30, 1<<30)
+	res, refusal := ledger.Reserve("indexer", membudget.Bytes(joined.size))
+	if refusal != nil {
+		t.Fatal(refusal)
+	}
+	bufs, err := codec{}.Marshal(&sizedResponse{parts: joined.parts, size: joined.size, res: res})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(bufs) != 3 || &bufs[0].ReadOnlyData()[0] != first {
+		t.Fatalf("%d buffers, first at %p; want the 3 parts themselves, the first at %p", len(bufs), &bufs[0].ReadOnlyData()[0], first)
+	}
+
+	var got sluicev1.GetPostRecordsResponse
+	if err := proto.Unmarshal(bufs.Materialize(), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Records) != len(records) {
+		t.Fatalf("decoded %d records, want %d", len(got.Records), len(records))
+	}
+	for i, r := range got.Records {
+		if !proto.Equal(r, records[i]) {
+			t.Fatalf("record %d is %s, want %s", i, r.GetUri(), records[i].GetUri())
+		}
+	}
+
+	whole := membudget.Bytes(joined.size)
+	for i, b := range bufs {
+		if held := ledger.Stats().Held; held != whole {
+			t.Fatalf("before part %d was freed the ledger holds %v, want the answer's %v", i, held, whole)
+		}
+		b.Free()
+	}
+	if held := ledger.Stats().Held; held != 0 {
+		t.Fatalf("after every part was freed the ledger holds %v, want 0", held)
+	}
+}
+
+// Tests that an answer of parts too small to be tracked by the transport
+// gives its reservation back at once.
+func TestJoinedAnswerOfSmallPartsReleasesAtOnce(t *testing.T) {
+	records := []*sluicev1.PostRecord{{Uri: "at://did:plc:a/app.bsky.feed.post/1"}, {Uri: "at://did:plc:a/app.bsky.feed.post/2"}}
+	joined := joinWire(piecesOf(t, records, 1))
+	ledger := membudget.NewLedger("response bytes", 1<<20, 1<<20)
+	res, _ := ledger.Reserve("indexer", membudget.Bytes(joined.size))
+	if _, err := (codec{}).Marshal(&sizedResponse{parts: joined.parts, size: joined.size, res: res}); err != nil {
+		t.Fatal(err)
+	}
+	if held := ledger.Stats().Held; held != 0 {
+		t.Fatalf("the ledger holds %v after small parts were handed over, want 0", held)
+	}
+}
