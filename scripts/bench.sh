@@ -182,24 +182,36 @@ part_fairshare() {
     capacity=$(grep -o '"items_per_sec":[0-9.e+]*' "$OUT/fair-capacity-r$r.json" | cut -d: -f2)
     hrate=$(awk -v c="$capacity" 'BEGIN { printf "%.3f", 1.2 * c / (8 * 1000) }')
     irate=$(awk -v c="$capacity" 'BEGIN { printf "%.3f", 0.5 * c / 20000 }')
-    local name run
+    # The normal clients run in one sluice-load, the heavy callers or the
+    # indexer in a second one started with it, as callers on other
+    # machines would: one process's bulk decoding does not delay the
+    # other's small requests.
+    local name run normal=feed,thread,notifications,search bulkpid
     for run in alone heavy split; do
       name=fair-$run-r$r
-      local args=(--preset fair-share)
+      local args=(--preset fair-share --without $heavy) bulk=()
       case $run in
-        alone) args+=(--without $heavy) ;;
-        heavy) args+=(--rate "heavy-*=$hrate") ;;
-        split) args=(--preset split --rate "indexer=$irate") ;;
+        heavy) bulk=(--preset fair-share --without $normal --rate "heavy-*=$hrate") ;;
+        split) args=(--preset split --without indexer); bulk=(--preset split --without $normal --rate "indexer=$irate") ;;
       esac
       log "fairshare: $name"
+      bulkpid=
+      if ((${#bulk[@]})); then
+        echo "$BIN/sluice-load ${bulk[*]} --uris $URIS --duration $FAIR_RUN --target 127.0.0.1:$g --json $OUT/$name-bulk.json &" >>"$OUT/md/$p.cmds"
+        "$BIN/sluice-load" "${bulk[@]}" --uris "$URIS" --duration "$FAIR_RUN" --target 127.0.0.1:$g \
+          --json "$OUT/$name-bulk.json" --progress 10s >"$OUT/$name-bulk.txt" &
+        bulkpid=$!
+      fi
       run_logged $p "$BIN/sluice-load" "${args[@]}" --uris "$URIS" --duration "$FAIR_RUN" \
         --target 127.0.0.1:$g --metrics http://127.0.0.1:$h/metrics --server-pid "$SRV_PID" --memcached 127.0.0.1:$mc \
         --json "$OUT/$name.json" --html "$OUT/$name.html" --progress 10s >"$OUT/$name.txt"
+      [[ -z $bulkpid ]] || wait "$bulkpid"
       cat "$OUT/$name.txt" >&2
+      [[ -z $bulkpid ]] || cat "$OUT/$name-bulk.txt" >&2
     done
     stop_pid "$SRV_PID"; stop_pid "$mcpid"
     caps+=("$OUT/fair-capacity-r$r.json"); alone+=("$OUT/fair-alone-r$r.json")
-    withheavy+=("$OUT/fair-heavy-r$r.json"); split+=("$OUT/fair-split-r$r.json")
+    withheavy+=("$OUT/fair-heavy-r$r.json+$OUT/fair-heavy-r$r-bulk.json"); split+=("$OUT/fair-split-r$r.json+$OUT/fair-split-r$r-bulk.json")
   done
   run_logged $p "$BIN/sluice-bench" fairshare --capacity "$(IFS=,; echo "${caps[*]}")" --alone "$(IFS=,; echo "${alone[*]}")" \
     --heavy "$(IFS=,; echo "${withheavy[*]}")" --split "$(IFS=,; echo "${split[*]}")" --loadavg "$(IFS=,; echo "${loads[*]}")" --md "$OUT/md/$p.md"

@@ -99,12 +99,33 @@ func readFairRounds(caps, alone, heavy, split string) ([]fairRound, error) {
 			return nil, fmt.Errorf("fairshare: %s: %w", lists[0][i], err)
 		}
 		for j, dst := range []**report.Report{&out[i].alone, &out[i].heavy, &out[i].split} {
-			if *dst, err = report.ReadJSON(lists[j+1][i]); err != nil {
+			if *dst, err = readJoined(lists[j+1][i]); err != nil {
 				return nil, err
 			}
 		}
 	}
 	return out, nil
+}
+
+// readJoined reads one run's report. A run whose clients ran in several
+// load-generator processes at once is given as their reports joined by
+// "+" (the normal clients' first): its clients are theirs together, its
+// vital signs the first's, its length the longest.
+func readJoined(spec string) (*report.Report, error) {
+	var joined *report.Report
+	for _, path := range strings.Split(spec, "+") {
+		r, err := report.ReadJSON(path)
+		if err != nil {
+			return nil, err
+		}
+		if joined == nil {
+			joined = r
+			continue
+		}
+		joined.Clients = append(joined.Clients, r.Clients...)
+		joined.ElapsedSeconds = max(joined.ElapsedSeconds, r.ElapsedSeconds)
+	}
+	return joined, nil
 }
 
 // fairFigures are one round's figures for the targets.
@@ -168,7 +189,7 @@ func medianOf(vs []float64) float64 {
 
 func fairReport(w io.Writer, rounds []fairRound, loads []string) {
 	fmt.Fprintf(w, "## 5. Fair share under aggregate overload, and a trusted caller's split batches\n\n")
-	fmt.Fprintf(w, "%d rounds, each on a fresh sluice and memcached (config/bench.yaml): the cache-hit capacity in a closed loop (%d workers × %d URIs, %.0f s), then %.0f s of each run: the four normal clients alone (`--preset fair-share --without heavy-1,…`), with eight heavy callers under their own names sending 1,000-URI batches (admitted in pieces of 100, `piece_items`), together at 120%% of the capacity just measured (`--preset fair-share --rate heavy-*=R`), and with the trusted `indexer` sending 20,000-URI batches, split into pieces of 100, at 50%% of it (`--preset split --rate indexer=R`). Every figure is against the same round's baseline or capacity.\n\n",
+	fmt.Fprintf(w, "%d rounds, each on a fresh sluice and memcached (config/bench.yaml): the cache-hit capacity in a closed loop (%d workers × %d URIs, %.0f s), then %.0f s of each run: the four normal clients alone (`--preset fair-share --without heavy-1,…`), with eight heavy callers under their own names sending 1,000-URI batches (admitted in pieces of 100, `piece_items`), together at 120%% of the capacity just measured (`--preset fair-share --rate heavy-*=R`), and with the trusted `indexer` sending 20,000-URI batches, split into pieces of 100, at 50%% of it (`--preset split --rate indexer=R`). The normal clients run in one load-generator process and the heavy callers or the indexer in another, started together, as callers on other machines would be (the two still share the 2 cores with sluice and memcached). Every figure is against the same round's baseline or capacity.\n\n",
 		len(rounds), rounds[0].capacity.Concurrency, rounds[0].capacity.Batch, rounds[0].capacity.Seconds, rounds[0].heavy.ElapsedSeconds)
 	heavyRatios := ratiosOf(pairs(rounds, func(r fairRound) *report.Report { return r.heavy }))
 	splitRatios := ratiosOf(pairs(rounds, func(r fairRound) *report.Report { return r.split }))
