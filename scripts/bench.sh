@@ -197,8 +197,8 @@ part_fairshare() {
       log "fairshare: $name"
       bulkpid=
       if ((${#bulk[@]})); then
-        echo "$BIN/sluice-load ${bulk[*]} --uris $URIS --duration $FAIR_RUN --target 127.0.0.1:$g --json $OUT/$name-bulk.json &" >>"$OUT/md/$p.cmds"
-        "$BIN/sluice-load" "${bulk[@]}" --uris "$URIS" --duration "$FAIR_RUN" --target 127.0.0.1:$g \
+        echo "$BIN/sluice-load ${bulk[*]} --uris $URIS --duration $FAIR_RUN --target 127.0.0.1:$g --metrics \"\" --json $OUT/$name-bulk.json &" >>"$OUT/md/$p.cmds"
+        "$BIN/sluice-load" "${bulk[@]}" --uris "$URIS" --duration "$FAIR_RUN" --target 127.0.0.1:$g --metrics "" \
           --json "$OUT/$name-bulk.json" --progress 10s >"$OUT/$name-bulk.txt" &
         bulkpid=$!
       fi
