@@ -76,11 +76,12 @@ func checkShape(method string, f *itemField, items []string, p Policy) error {
 		return tooManyItems(method, f, n, p)
 	}
 	for i, uri := range items {
-		field := itemPath(f, i)
 		switch {
 		case uri == "":
+			field := itemPath(f, i)
 			return badRequest(field, fmt.Sprintf("%s: %s is empty; every item needs an AT-URI", method, field))
 		case len(uri) > p.MaxURILength:
+			field := itemPath(f, i)
 			return badRequest(field, fmt.Sprintf("%s: %s is %d bytes, over the limit of %d bytes per URI", method, field, len(uri), p.MaxURILength))
 		}
 	}
