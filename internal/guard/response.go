@@ -13,10 +13,10 @@ import (
 // back when the transport frees them, after writing them out. It holds
 // either a message or a joined answer's wire parts.
 type sizedResponse struct {
-	proto.Message          // nil for a joined answer
-	parts         [][]byte // a joined answer's pieces, in order
-	size          int      // proto.Size or the parts' total, as reserved; it also fills the message's size cache
-	res           *membudget.Reservation
+	msg   proto.Message // nil for a joined answer
+	parts [][]byte      // a joined answer's pieces, in order
+	size  int           // proto.Size or the parts' total, as reserved; it also fills the message's size cache
+	res   *membudget.Reservation
 }
 
 // joinedAnswer is an answer served in pieces (pieces.go, split.go), kept
@@ -52,7 +52,7 @@ func (s *Server) holdResponse(fullMethod, client string, resp any, err error) (a
 	case *joinedAnswer:
 		out = &sizedResponse{parts: r.parts, size: r.size}
 	case proto.Message:
-		out = &sizedResponse{Message: r, size: proto.Size(r)}
+		out = &sizedResponse{msg: r, size: proto.Size(r)}
 	default:
 		return resp, err
 	}
@@ -69,12 +69,12 @@ func (s *Server) holdResponse(fullMethod, client string, resp any, err error) (a
 // were computed when it was reserved, so the marshal reuses them); a
 // joined answer's parts go out as they are.
 func marshalSized(r *sizedResponse) (mem.BufferSlice, error) {
-	if r.Message == nil {
+	if r.msg == nil {
 		return partsBuffers(r.parts, r.res), nil
 	}
 	pool := releasingPool{BufferPool: mem.DefaultBufferPool(), res: r.res}
 	buf := pool.BufferPool.Get(r.size)
-	out, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend((*buf)[:0], r.Message)
+	out, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend((*buf)[:0], r.msg)
 	if err != nil {
 		pool.Put(buf)
 		return nil, err

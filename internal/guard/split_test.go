@@ -84,7 +84,9 @@ func TestSplitOversizedBatch(t *testing.T) {
 	if size, peak := proto.Size(resp), f.srv.MemoryStats().Responses.Peak; int(peak) < size {
 		t.Errorf("response ledger peak %d bytes, below the answer's %d: the split answer was not reserved", peak, size)
 	}
-	waitFor(t, func() string { return fmt.Sprintf("the response ledger still holds %v after the split answer was written", f.srv.MemoryStats().Responses.Held) }, func() bool { return f.srv.MemoryStats().Responses.Held == 0 })
+	waitFor(t, func() string {
+		return fmt.Sprintf("the response ledger still holds %v after the split answer was written", f.srv.MemoryStats().Responses.Held)
+	}, func() bool { return f.srv.MemoryStats().Responses.Held == 0 })
 
 	for _, caller := range []string{"", "unknown", "feed", "stranger"} {
 		before := f.impl.calls.Load()
