@@ -42,8 +42,8 @@ import (
 //
 // Responses are counted from their wire size once the handler returns:
 // the bytes are reserved from a second ledger before the response is
-// marshalled, and given back when the transport is done with them
-// (responsePool), so callers that do not read cannot pile
+// marshalled, and given back when the transport has written them (the
+// marshalled buffer is freed), so callers that do not read cannot pile
 // responses up in the server.
 //
 // Connections (package connlimit), streams per connection, streams across

@@ -1,7 +1,6 @@
 package guard
 
 import (
-	"runtime"
 	"sync/atomic"
 
 	"github.com/sluice-dev/sluice/internal/guard/membudget"
@@ -11,7 +10,7 @@ import (
 
 // sizedResponse is a response whose wire size is reserved in the
 // response ledger; codec marshals it into buffers that give the bytes
-// back when the transport is done with them (responsePool). It holds
+// back when the transport frees them, after writing them out. It holds
 // either a message or a joined answer's wire parts.
 type sizedResponse struct {
 	msg   proto.Message // nil for a joined answer
@@ -65,100 +64,80 @@ func (s *Server) holdResponse(fullMethod, client string, resp any, err error) (a
 	return out, nil
 }
 
-// marshalSized writes r into buffers that give r's reservation back
-// once the transport is done with them (see responsePool): a message is
-// marshalled into one pooled buffer (its sizes were computed when it was
-// reserved, so the marshal reuses them); a joined answer's parts go out
-// as they are.
+// marshalSized writes r into pooled buffers whose last Free gives r's
+// reservation back: a message is marshalled into one buffer (its sizes
+// were computed when it was reserved, so the marshal reuses them); a
+// joined answer's parts go out as they are.
 func marshalSized(r *sizedResponse) (mem.BufferSlice, error) {
 	if r.msg == nil {
 		return partsBuffers(r.parts, r.res), nil
 	}
-	buf := mem.DefaultBufferPool().Get(r.size)
+	pool := releasingPool{BufferPool: mem.DefaultBufferPool(), res: r.res}
+	buf := pool.BufferPool.Get(r.size)
 	out, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend((*buf)[:0], r.msg)
 	if err != nil {
-		mem.DefaultBufferPool().Put(buf)
-		r.res.Release()
+		pool.Put(buf)
 		return nil, err
 	}
 	*buf = out
-	return trackedBuffers([]*[]byte{buf}, mem.DefaultBufferPool(), r.res), nil
+	if mem.IsBelowBufferPoolingThreshold(cap(out)) {
+		// mem.NewBuffer does not pool (and so never frees) small
+		// buffers; their bytes are too few to hold back.
+		r.res.Release()
+	}
+	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
 }
 
-// partsBuffers hands parts to the transport without copying them; res
-// (nil for none) is given back as trackedBuffers says.
+// partsBuffers hands parts to the transport without copying them. res
+// (nil for none) goes back when the transport has freed every part large
+// enough to be tracked (mem.NewBuffer neither pools nor frees small
+// ones; their bytes are too few to hold back).
 func partsBuffers(parts [][]byte, res *membudget.Reservation) mem.BufferSlice {
-	bufs := make([]*[]byte, 0, len(parts))
+	out := make(mem.BufferSlice, 0, len(parts))
+	done := &lastFree{res: res}
 	for i, part := range parts {
 		parts[i] = nil // the transport owns it now
-		if len(part) > 0 {
-			bufs = append(bufs, &part)
+		if len(part) == 0 {
+			continue
 		}
-	}
-	return trackedBuffers(bufs, nil, res)
-}
-
-// trackedBuffers wraps one response's buffers for the transport under a
-// responsePool that gives res back when the last of them is freed.
-// mem.NewBuffer neither pools nor frees buffers under its pooling
-// threshold, so those are not waited for (their bytes are too few to
-// hold back), and with none left res goes back at once.
-func trackedBuffers(bufs []*[]byte, reuse mem.BufferPool, res *membudget.Reservation) mem.BufferSlice {
-	pool := newResponsePool(reuse, res)
-	out := make(mem.BufferSlice, 0, len(bufs))
-	for _, b := range bufs {
-		if !mem.IsBelowBufferPoolingThreshold(cap(*b)) {
-			pool.left.Add(1)
+		if !mem.IsBelowBufferPoolingThreshold(cap(part)) {
+			done.left.Add(1)
 		}
+		out = append(out, mem.NewBuffer(&part, done))
 	}
-	for _, b := range bufs {
-		out = append(out, mem.NewBuffer(b, pool))
-	}
-	if pool.left.Load() == 0 {
+	if done.left.Load() == 0 {
 		res.Release()
 	}
 	return out
 }
 
-// responsePool is the pool of one response's buffers. It gives the
-// response's reservation back when the transport frees the last of them:
-// after writing them out, after copying them (gzip compresses into
-// buffers of its own), or when the stream is reset. Buffers of a message
-// go back to gRPC's pool; a joined answer's parts, the pieces' own
-// marshal buffers, are dropped.
-//
-// When a connection closes with answers still queued, grpc-go's writer
-// drops them without freeing them, so Put never comes: a cleanup run
-// when the pool becomes unreachable, at the garbage collection after the
-// transport let go of its buffers, gives the reservation back then.
-// Release counts only its first call, so the two never both count.
-type responsePool struct {
-	reuse mem.BufferPool // nil: keep none
-	left  atomic.Int64
-	res   *membudget.Reservation
+// lastFree is the "pool" of a joined answer's parts: it keeps none of
+// them (they were the pieces' own marshal buffers) and gives the
+// answer's reservation back when the last one is freed.
+type lastFree struct {
+	left atomic.Int64
+	res  *membudget.Reservation
 }
 
-func newResponsePool(reuse mem.BufferPool, res *membudget.Reservation) *responsePool {
-	p := &responsePool{reuse: reuse, res: res}
-	if res != nil {
-		runtime.AddCleanup(p, (*membudget.Reservation).Release, res)
-	}
-	return p
-}
-
-func (p *responsePool) Get(length int) *[]byte {
-	if p.reuse != nil {
-		return p.reuse.Get(length)
-	}
+func (p *lastFree) Get(length int) *[]byte {
 	b := make([]byte, length)
 	return &b
 }
 
-func (p *responsePool) Put(buf *[]byte) {
-	if p.reuse != nil {
-		p.reuse.Put(buf)
-	}
+func (p *lastFree) Put(*[]byte) {
 	if p.left.Add(-1) == 0 {
 		p.res.Release()
 	}
+}
+
+// releasingPool returns buffers to the pool and a reservation to its
+// ledger.
+type releasingPool struct {
+	mem.BufferPool
+	res *membudget.Reservation
+}
+
+func (p releasingPool) Put(buf *[]byte) {
+	p.res.Release()
+	p.BufferPool.Put(buf)
 }
