@@ -44,7 +44,9 @@ import (
 // the bytes are reserved from a second ledger before the response is
 // marshalled, and given back when the transport has written them (the
 // marshalled buffer is freed), so callers that do not read cannot pile
-// responses up in the server.
+// responses up in the server. Known gap: grpc-go drops answers still
+// queued on a connection that closes without freeing them, so their
+// bytes stay counted (docs/reliability.md).
 //
 // Connections (package connlimit), streams per connection, streams across
 // connections and keepalive pings are capped too.

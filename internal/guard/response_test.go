@@ -37,7 +37,7 @@ func TestJoinedAnswerGoesOutUncopiedAndReleasesOnLastFree(t *testing.T) {
 		records[i] = &sluicev1.PostRecord{Uri: fmt.Sprintf("at://did:plc:a/app.bsky.feed.post/%d", i), Found: true,
 			Record: []byte(strings.Repeat("x", 400))}
 	}
-	parts := piecesOf(t, records, 10) // 10, 10 and 5 records: the last part small or not, both are counted right
+	parts := piecesOf(t, records, 10) // 10, 10 and 5 records, each part over the pooling threshold
 	first := &parts[0][0]
 	joined := joinWire(parts)
 
@@ -91,5 +91,32 @@ func TestJoinedAnswerOfSmallPartsReleasesAtOnce(t *testing.T) {
 	}
 	if held := ledger.Stats().Held; held != 0 {
 		t.Fatalf("the ledger holds %v after small parts were handed over, want 0", held)
+	}
+}
+
+// Tests that an answer whose last part is too small to be tracked waits
+// for its tracked parts only: the reservation stays while one is held
+// and goes back when the last tracked part is freed.
+func TestJoinedAnswerWaitsForTrackedPartsOnly(t *testing.T) {
+	records := make([]*sluicev1.PostRecord, 20)
+	for i := range records {
+		records[i] = &sluicev1.PostRecord{Uri: fmt.Sprintf("at://did:plc:a/app.bsky.feed.post/%d", i), Record: []byte(strings.Repeat("x", 400))}
+	}
+	parts := append(piecesOf(t, records, 10), piecesOf(t, []*sluicev1.PostRecord{{Uri: "at://did:plc:a/app.bsky.feed.post/small"}}, 1)...)
+	joined := joinWire(parts)
+	ledger := membudget.NewLedger("response bytes", 1<<30, 1<<30)
+	res, _ := ledger.Reserve("indexer", membudget.Bytes(joined.size))
+	bufs, err := codec{}.Marshal(&sizedResponse{parts: joined.parts, size: joined.size, res: res})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bufs[0].Free()
+	bufs[2].Free() // the small part
+	if held := ledger.Stats().Held; held != membudget.Bytes(joined.size) {
+		t.Fatalf("the ledger holds %v with a tracked part still held, want the answer's %v", held, joined.size)
+	}
+	bufs[1].Free()
+	if held := ledger.Stats().Held; held != 0 {
+		t.Fatalf("the ledger holds %v after every tracked part was freed, want 0", held)
 	}
 }
