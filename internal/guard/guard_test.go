@@ -83,6 +83,8 @@ type postRecords struct {
 	blockWrites chan struct{}
 	// failURI, when set, fails any GetPostRecords call that asks for it.
 	failURI string
+	// recordBytes, when positive, gives each record that many bytes.
+	recordBytes int
 	// deadlines, when set, receives how much deadline GetPostRecords had
 	// left when it started (an hour if none).
 	deadlines chan time.Duration
@@ -157,6 +159,9 @@ func (p *postRecords) GetPostRecords(ctx context.Context, req *sluicev1.GetPostR
 			}
 		}
 		records[i] = &sluicev1.PostRecord{Uri: uris[i]}
+		if p.recordBytes > 0 {
+			records[i].Record = make([]byte, p.recordBytes)
+		}
 		return nil
 	})
 	if err != nil {

@@ -98,7 +98,7 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 	if len(items) > m.policy.MaxItems {
 		// Only a client whose batches split gets here (checkShape).
 		joined, err := s.serveSplit(ctx, info.FullMethod, client, m, split, req.(proto.Message), len(items), handler)
-		resp, err := s.holdResponse(info.FullMethod, client, joined, err)
+		resp, err := s.holdResponse(ctx, info.FullMethod, client, joined, err)
 		s.observer.Finished(ctx, r, status.Code(err), time.Since(start))
 		return resp, err
 	}
@@ -123,7 +123,7 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 		s.service.observe(info.FullMethod, cost, took)
 		s.observeCapacity(cost, took)
 	}
-	resp, err = s.holdResponse(info.FullMethod, client, resp, err)
+	resp, err = s.holdResponse(ctx, info.FullMethod, client, resp, err)
 	s.observer.Finished(ctx, r, status.Code(err), time.Since(start))
 	return resp, err
 }

@@ -44,9 +44,9 @@ import (
 // the bytes are reserved from a second ledger before the response is
 // marshalled, and given back when the transport has written them (the
 // marshalled buffer is freed), so callers that do not read cannot pile
-// responses up in the server. Known gap: grpc-go drops answers still
-// queued on a connection that closes without freeing them, so their
-// bytes stay counted (docs/reliability.md).
+// responses up in the server. grpc-go drops the answers still queued on
+// a connection that closes without freeing them; each connection's held
+// answers are known (connanswers.go) and given back when it ends.
 //
 // Connections (package connlimit), streams per connection, streams across
 // connections and keepalive pings are capped too.
@@ -291,6 +291,7 @@ func newMemory(cfg Config) *memory {
 func (mem *memory) grpcOptions(s *Server) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.InTapHandle(s.tapHandle),
+		grpc.StatsHandler(connEnds{}),
 		grpc.MaxConcurrentStreams(mem.plan.StreamsPerConnection),
 		grpc.InitialWindowSize(streamWindow),
 		grpc.InitialConnWindowSize(connectionWindow),

@@ -64,7 +64,7 @@ func (s *Server) servePieces(ctx context.Context, r Request, m *method, req prot
 		s.observer.Rejected(ctx, r, cmp.Or(reason, ReasonDeadline))
 		return nil, err
 	}
-	out, err := s.holdResponse(r.Method, r.Client, resp, deadlineToStatus(ctx, err))
+	out, err := s.holdResponse(ctx, r.Method, r.Client, resp, deadlineToStatus(ctx, err))
 	s.observer.Finished(ctx, r, status.Code(err), time.Since(start))
 	return out, err
 }

@@ -48,7 +48,7 @@ func (c codec) Marshal(v any) (mem.BufferSlice, error) {
 	case *sizedResponse:
 		return marshalSized(r)
 	case *joinedAnswer:
-		return partsBuffers(r.parts, nil), nil
+		return partsBuffers(r.parts, nil, nil), nil
 	}
 	return c.proto.Marshal(v)
 }

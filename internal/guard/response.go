@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"context"
 	"sync/atomic"
 
 	"github.com/sluice-dev/sluice/internal/guard/membudget"
@@ -17,6 +18,7 @@ type sizedResponse struct {
 	parts [][]byte      // a joined answer's pieces, in order
 	size  int           // proto.Size or the parts' total, as reserved; it also fills the message's size cache
 	res   *membudget.Reservation
+	conn  *connAnswers // the connection it is written to; nil if untracked
 }
 
 // joinedAnswer is an answer served in pieces (pieces.go, split.go), kept
@@ -43,7 +45,7 @@ func joinWire(parts [][]byte) *joinedAnswer {
 // refuses it: the records are read but will not be queued for a wire
 // that is not draining. resp must not change after this call: the sizes
 // computed here are the ones codec writes.
-func (s *Server) holdResponse(fullMethod, client string, resp any, err error) (any, error) {
+func (s *Server) holdResponse(ctx context.Context, fullMethod, client string, resp any, err error) (any, error) {
 	if err != nil || resp == nil {
 		return resp, err
 	}
@@ -60,20 +62,22 @@ func (s *Server) holdResponse(fullMethod, client string, resp any, err error) (a
 	if refusal != nil {
 		return nil, s.mem.refuse(shortName(fullMethod), refusal)
 	}
-	out.res = res
+	out.res, out.conn = res, answersOf(ctx)
+	out.conn.hold(res)
 	return out, nil
 }
 
-// marshalSized writes r into pooled buffers whose last Free gives r's
-// reservation back: a message is marshalled into one buffer (its sizes
-// were computed when it was reserved, so the marshal reuses them); a
-// joined answer's parts go out as they are.
+// marshalSized writes r into buffers whose last Free gives r's
+// reservation back: a message is marshalled into one pooled buffer (its
+// sizes were computed when it was reserved, so the marshal reuses them);
+// a joined answer's parts go out as they are.
 func marshalSized(r *sizedResponse) (mem.BufferSlice, error) {
 	if r.msg == nil {
-		return partsBuffers(r.parts, r.res), nil
+		return partsBuffers(r.parts, r.res, r.conn), nil
 	}
-	pool := releasingPool{BufferPool: mem.DefaultBufferPool(), res: r.res}
-	buf := pool.BufferPool.Get(r.size)
+	pool := &answerPool{shared: mem.DefaultBufferPool(), res: r.res, conn: r.conn}
+	pool.left.Store(1)
+	buf := pool.shared.Get(r.size)
 	out, err := proto.MarshalOptions{UseCachedSize: true}.MarshalAppend((*buf)[:0], r.msg)
 	if err != nil {
 		pool.Put(buf)
@@ -83,7 +87,7 @@ func marshalSized(r *sizedResponse) (mem.BufferSlice, error) {
 	if mem.IsBelowBufferPoolingThreshold(cap(out)) {
 		// mem.NewBuffer does not pool (and so never frees) small
 		// buffers; their bytes are too few to hold back.
-		r.res.Release()
+		r.conn.release(r.res)
 	}
 	return mem.BufferSlice{mem.NewBuffer(buf, pool)}, nil
 }
@@ -92,52 +96,49 @@ func marshalSized(r *sizedResponse) (mem.BufferSlice, error) {
 // (nil for none) goes back when the transport has freed every part large
 // enough to be tracked (mem.NewBuffer neither pools nor frees small
 // ones; their bytes are too few to hold back).
-func partsBuffers(parts [][]byte, res *membudget.Reservation) mem.BufferSlice {
+func partsBuffers(parts [][]byte, res *membudget.Reservation, conn *connAnswers) mem.BufferSlice {
 	out := make(mem.BufferSlice, 0, len(parts))
-	done := &lastFree{res: res}
+	pool := &answerPool{res: res, conn: conn}
 	for i, part := range parts {
 		parts[i] = nil // the transport owns it now
 		if len(part) == 0 {
 			continue
 		}
 		if !mem.IsBelowBufferPoolingThreshold(cap(part)) {
-			done.left.Add(1)
+			pool.left.Add(1)
 		}
-		out = append(out, mem.NewBuffer(&part, done))
+		out = append(out, mem.NewBuffer(&part, pool))
 	}
-	if done.left.Load() == 0 {
-		res.Release()
+	if pool.left.Load() == 0 {
+		conn.release(res)
 	}
 	return out
 }
 
-// lastFree is the "pool" of a joined answer's parts: it keeps none of
-// them (they were the pieces' own marshal buffers) and gives the
-// answer's reservation back when the last one is freed.
-type lastFree struct {
-	left atomic.Int64
-	res  *membudget.Reservation
+// answerPool is the pool of one answer's buffers. A marshalled message's
+// buffer goes back to the shared pool; a joined answer's parts (the
+// pieces' own marshal buffers) are left to the collector. The answer's
+// reservation goes back when the last tracked buffer is freed.
+type answerPool struct {
+	shared mem.BufferPool // nil for a joined answer's parts
+	left   atomic.Int64   // tracked buffers not yet freed
+	res    *membudget.Reservation
+	conn   *connAnswers
 }
 
-func (p *lastFree) Get(length int) *[]byte {
+func (p *answerPool) Get(length int) *[]byte {
+	if p.shared != nil {
+		return p.shared.Get(length)
+	}
 	b := make([]byte, length)
 	return &b
 }
 
-func (p *lastFree) Put(*[]byte) {
-	if p.left.Add(-1) == 0 {
-		p.res.Release()
+func (p *answerPool) Put(buf *[]byte) {
+	if p.shared != nil {
+		p.shared.Put(buf)
 	}
-}
-
-// releasingPool returns buffers to the pool and a reservation to its
-// ledger.
-type releasingPool struct {
-	mem.BufferPool
-	res *membudget.Reservation
-}
-
-func (p releasingPool) Put(buf *[]byte) {
-	p.res.Release()
-	p.BufferPool.Put(buf)
+	if p.left.Add(-1) == 0 {
+		p.conn.release(p.res)
+	}
 }
