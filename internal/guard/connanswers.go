@@ -2,18 +2,20 @@ package guard
 
 import (
 	"context"
+	"net"
+	"net/netip"
 	"sync"
 
 	"github.com/sluice-dev/sluice/internal/guard/membudget"
-	"google.golang.org/grpc/stats"
+	"google.golang.org/grpc/peer"
 )
 
 // connAnswers are one connection's answers whose bytes are reserved in
 // the response ledger and not yet written. An answer's reservation
 // normally goes back when the transport frees its buffers; but grpc-go's
 // writer drops the answers still queued on a connection that closes
-// without freeing them, so the end of the connection gives back whatever
-// is still held here.
+// without freeing them, so the end of the connection (answersListener)
+// gives back whatever is still held here.
 type connAnswers struct {
 	mu    sync.Mutex
 	held  map[*membudget.Reservation]struct{}
@@ -60,33 +62,69 @@ func (c *connAnswers) end() {
 	}
 }
 
-// connAnswersKey holds a connection's connAnswers in its context, and so
-// in the context of every stream on it.
-type connAnswersKey struct{}
+// connKey names a TCP connection by its two ends, as the stream's peer
+// (google.golang.org/grpc/peer) and the accepted net.Conn both give them.
+type connKey struct{ remote, local netip.AddrPort }
+
+func keyOf(remote, local net.Addr) (connKey, bool) {
+	r, ok1 := remote.(*net.TCPAddr)
+	l, ok2 := local.(*net.TCPAddr)
+	if !ok1 || !ok2 {
+		return connKey{}, false
+	}
+	return connKey{r.AddrPort(), l.AddrPort()}, true
+}
+
+// answersListener gives each accepted connection its connAnswers and
+// ends them when the transport closes the connection. It tracks TCP
+// connections only; answers on others go untracked, as before.
+type answersListener struct {
+	net.Listener
+	conns *sync.Map // connKey → *connAnswers
+}
+
+func (l answersListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	key, ok := keyOf(c.RemoteAddr(), c.LocalAddr())
+	if !ok {
+		return c, nil
+	}
+	answers := &connAnswers{held: map[*membudget.Reservation]struct{}{}}
+	l.conns.Store(key, answers)
+	return &answersConn{Conn: c, key: key, answers: answers, conns: l.conns}, nil
+}
+
+type answersConn struct {
+	net.Conn
+	key     connKey
+	answers *connAnswers
+	conns   *sync.Map
+}
+
+// Close ends the connection's answers: the transport has closed it, and
+// what was queued on it will not be written.
+func (c *answersConn) Close() error {
+	err := c.Conn.Close()
+	c.conns.CompareAndDelete(c.key, c.answers)
+	c.answers.end()
+	return err
+}
 
 // answersOf is the connAnswers of the connection ctx's stream is on, or
-// nil outside a connection the server tagged.
-func answersOf(ctx context.Context) *connAnswers {
-	c, _ := ctx.Value(connAnswersKey{}).(*connAnswers)
-	return c
-}
-
-// connEnds is the stats handler that gives each connection its
-// connAnswers and ends them when the connection ends.
-type connEnds struct{}
-
-func (connEnds) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context {
-	return context.WithValue(ctx, connAnswersKey{}, &connAnswers{held: map[*membudget.Reservation]struct{}{}})
-}
-
-func (connEnds) HandleConn(ctx context.Context, s stats.ConnStats) {
-	if _, ok := s.(*stats.ConnEnd); ok {
-		if c := answersOf(ctx); c != nil {
-			c.end()
-		}
+// nil if it is not one the server tracks.
+func (s *Server) answersOf(ctx context.Context) *connAnswers {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return nil
 	}
+	key, ok := keyOf(p.Addr, p.LocalAddr)
+	if !ok {
+		return nil
+	}
+	c, _ := s.mem.answers.Load(key)
+	answers, _ := c.(*connAnswers)
+	return answers
 }
-
-func (connEnds) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
-
-func (connEnds) HandleRPC(context.Context, stats.RPCStats) {}

@@ -321,7 +321,7 @@ func (s *Server) Serve(lis net.Listener) error {
 	}
 	capped := connlimit.New(lis, s.mem.plan.Connections)
 	s.mem.listener.Store(capped)
-	err := srv.Serve(capped)
+	err := srv.Serve(answersListener{Listener: capped, conns: &s.mem.answers})
 	if errors.Is(err, grpc.ErrServerStopped) {
 		return nil
 	}

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -46,7 +47,7 @@ import (
 // marshalled buffer is freed), so callers that do not read cannot pile
 // responses up in the server. grpc-go drops the answers still queued on
 // a connection that closes without freeing them; each connection's held
-// answers are known (connanswers.go) and given back when it ends.
+// answers are known (connanswers.go) and given back when it closes.
 //
 // Connections (package connlimit), streams per connection, streams across
 // connections and keepalive pings are capped too.
@@ -270,6 +271,7 @@ type memory struct {
 	responses *membudget.Ledger
 	retry     time.Duration
 	listener  atomic.Pointer[connlimit.Listener]
+	answers   sync.Map // connKey → *connAnswers, of every open connection
 
 	streams        atomic.Int64
 	peakStreams    atomic.Int64
@@ -291,7 +293,6 @@ func newMemory(cfg Config) *memory {
 func (mem *memory) grpcOptions(s *Server) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.InTapHandle(s.tapHandle),
-		grpc.StatsHandler(connEnds{}),
 		grpc.MaxConcurrentStreams(mem.plan.StreamsPerConnection),
 		grpc.InitialWindowSize(streamWindow),
 		grpc.InitialConnWindowSize(connectionWindow),

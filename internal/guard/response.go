@@ -62,7 +62,7 @@ func (s *Server) holdResponse(ctx context.Context, fullMethod, client string, re
 	if refusal != nil {
 		return nil, s.mem.refuse(shortName(fullMethod), refusal)
 	}
-	out.res, out.conn = res, answersOf(ctx)
+	out.res, out.conn = res, s.answersOf(ctx)
 	out.conn.hold(res)
 	return out, nil
 }
