@@ -350,7 +350,11 @@ func TestSIGKILLThenRestart(t *testing.T) {
 	mcAddr := netip.MustParseAddrPort(mc.Addr())
 	twLeftOver := timeWait(t, mcAddr)
 	conf := filepath.Join(t.TempDir(), "sluice.yaml")
-	if err := os.WriteFile(conf, []byte("cache:\n  timeout: 1s\n"), 0o644); err != nil {
+	// Each client's budget is far above what it can send: on an idle
+	// machine one closed-loop client reads more than the default 20,000
+	// items/s, and a refusal for rate is not what this test is about.
+	settings := "cache:\n  timeout: 1s\nadmission:\n  default:\n    items_per_second: 1000000\n    burst: 5000\n    max_inflight_items: 5000\n"
+	if err := os.WriteFile(conf, []byte(settings), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	c := newCluster(t, mc.Addr(), 2000, "--memcached-max-conns", strconv.Itoa(capConns), "--config", conf)
