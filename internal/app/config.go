@@ -47,13 +47,14 @@ type nearFile struct {
 // cacheFile holds the cache settings a file may change; servers and the
 // connection cap come from flags.
 type cacheFile struct {
-	Timeout         time.Duration `yaml:"timeout"`
-	TTL             time.Duration `yaml:"ttl"`
-	NegativeTTL     time.Duration `yaml:"negative_ttl"`
-	TombstoneTTL    time.Duration `yaml:"tombstone_ttl"`
-	MaxKeysPerGet   int           `yaml:"max_keys_per_get"`
-	BreakerFailures uint32        `yaml:"breaker_failures"`
-	BreakerCoolDown time.Duration `yaml:"breaker_cool_down"`
+	Timeout            time.Duration `yaml:"timeout"`
+	TTL                time.Duration `yaml:"ttl"`
+	NegativeTTL        time.Duration `yaml:"negative_ttl"`
+	TombstoneTTL       time.Duration `yaml:"tombstone_ttl"`
+	MaxKeysPerGet      int           `yaml:"max_keys_per_get"`
+	SingleGetsInFlight int           `yaml:"single_gets_in_flight"`
+	BreakerFailures    uint32        `yaml:"breaker_failures"`
+	BreakerCoolDown    time.Duration `yaml:"breaker_cool_down"`
 }
 
 // Config is everything a sluice server needs, assembled from defaults,
@@ -202,6 +203,7 @@ func overlayCache(c cache.Config, f cacheFile) cache.Config {
 	c.TombstoneTTL = cmp.Or(f.TombstoneTTL, c.TombstoneTTL)
 	c.BreakerCoolDown = cmp.Or(f.BreakerCoolDown, c.BreakerCoolDown)
 	c.MaxKeysPerGet = cmp.Or(f.MaxKeysPerGet, c.MaxKeysPerGet)
+	c.SingleGetsInFlight = cmp.Or(f.SingleGetsInFlight, c.SingleGetsInFlight)
 	c.BreakerFailures = cmp.Or(f.BreakerFailures, c.BreakerFailures)
 	return c
 }

@@ -2,7 +2,8 @@
 //
 // It owns the connections to the memcached servers (a hard cap per
 // server, counted dials), the choice of server for a key (rendezvous
-// hashing), the key format (Key), and a circuit breaker per server. It
+// hashing), the key format (Key), a circuit breaker per server, and how
+// concurrent single-key reads share gets (gather.go). It
 // refuses to fail a read: a server that errs, times out, is skipped by its
 // breaker or has no free connection before the caller's deadline yields
 // misses, and the error is counted in Stats and handed to the logger
@@ -93,8 +94,10 @@ type ServerStats struct {
 	// the Cache was closed.
 	Hits, Misses, Errors, Skipped int64
 	// Waits counts calls that found no free connection and had to wait;
-	// WaitExpired those of them whose context ended first.
-	Waits, WaitExpired int64
+	// WaitExpired those of them, and the single-key reads waiting to be
+	// gathered, whose context ended first. Gathered counts single-key
+	// reads answered by a get gathered with others (gather).
+	Waits, WaitExpired, Gathered int64
 	// BreakerState is "closed", "half-open" or "open"; BreakerOpens counts
 	// the times it opened (each also closed the idle connections).
 	BreakerState string
@@ -123,6 +126,7 @@ func New(cfg Config, opts ...Option) (*Cache, error) {
 		if c.opts.distrust {
 			s.distrust = newDistrust()
 		}
+		s.singles = newGather(s, cfg, c.opts.tracer)
 		c.servers = append(c.servers, s)
 	}
 	return c, nil
@@ -160,18 +164,14 @@ func (c *Cache) GetMulti(ctx context.Context, uris []string) map[string]Entry {
 }
 
 // getOne is GetMulti of a single URI: one get on the key's server,
-// without grouping keys by server first.
+// gathered with other single-key reads when the server is busy (gather).
 func (c *Cache) getOne(ctx context.Context, uri string) map[string]Entry {
 	if ctx.Err() != nil {
 		return map[string]Entry{} // as GetMulti: no call once the caller has gone
 	}
 	key := Key(uri)
-	ch := chunk{srv: c.owner(key), keys: []string{key}}
-	sent := time.Now()
-	items := ch.get(ctx, c.opts.tracer)
-	ch.srv.hide(items, sent)
 	out := make(map[string]Entry, 1)
-	if it, ok := items[key]; ok {
+	if it := c.owner(key).singles.get(ctx, key); it != nil {
 		if e, ok := decode(it); ok {
 			out[uri] = e
 		}

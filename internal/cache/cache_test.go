@@ -71,6 +71,7 @@ func sumStats(c *Cache) ServerStats {
 		sum.Skipped += s.Skipped
 		sum.Waits += s.Waits
 		sum.WaitExpired += s.WaitExpired
+		sum.Gathered += s.Gathered
 	}
 	return sum
 }

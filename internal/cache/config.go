@@ -32,6 +32,12 @@ type Config struct {
 	TombstoneTTL time.Duration `yaml:"tombstone_ttl"`
 	// MaxKeysPerGet is the most keys sent in one memcached get. Default 100.
 	MaxKeysPerGet int `yaml:"max_keys_per_get"`
+	// SingleGetsInFlight is the most single-key gets one server has out
+	// at once. Single-key reads that arrive while that many are out wait
+	// for the first to return, then go out together as one multi-get
+	// (each key once). Default 4; at max_conns_per_server or more, reads
+	// wait for a connection instead of for one another.
+	SingleGetsInFlight int `yaml:"single_gets_in_flight"`
 	// BreakerFailures is how many consecutive failures open a server's
 	// breaker. Default 5.
 	BreakerFailures uint32 `yaml:"breaker_failures"`
@@ -43,15 +49,16 @@ type Config struct {
 // DefaultConfig returns the defaults, with one server on 127.0.0.1:11211.
 func DefaultConfig() Config {
 	return Config{
-		Servers:           []string{"127.0.0.1:11211"},
-		MaxConnsPerServer: 64,
-		Timeout:           250 * time.Millisecond,
-		TTL:               10 * time.Minute,
-		NegativeTTL:       30 * time.Second,
-		TombstoneTTL:      3 * time.Second,
-		MaxKeysPerGet:     100,
-		BreakerFailures:   5,
-		BreakerCoolDown:   time.Second,
+		Servers:            []string{"127.0.0.1:11211"},
+		MaxConnsPerServer:  64,
+		Timeout:            250 * time.Millisecond,
+		TTL:                10 * time.Minute,
+		NegativeTTL:        30 * time.Second,
+		TombstoneTTL:       3 * time.Second,
+		MaxKeysPerGet:      100,
+		SingleGetsInFlight: 4,
+		BreakerFailures:    5,
+		BreakerCoolDown:    time.Second,
 	}
 }
 
@@ -70,6 +77,9 @@ func (c Config) Validate() error {
 	errs = appendTTLError(errs, "tombstone_ttl", c.TombstoneTTL)
 	if c.MaxKeysPerGet < 1 {
 		errs = append(errs, fmt.Errorf("cache: max_keys_per_get must be ≥ 1, got %d", c.MaxKeysPerGet))
+	}
+	if c.SingleGetsInFlight < 1 {
+		errs = append(errs, fmt.Errorf("cache: single_gets_in_flight must be ≥ 1, got %d", c.SingleGetsInFlight))
 	}
 	if c.BreakerFailures < 1 {
 		errs = append(errs, fmt.Errorf("cache: breaker_failures must be ≥ 1, got %d", c.BreakerFailures))

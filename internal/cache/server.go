@@ -40,10 +40,11 @@ type server struct {
 
 	dials, closes, inUse          atomic.Int64
 	hits, misses, errors, skipped atomic.Int64
-	waits, waitExpired            atomic.Int64
+	waits, waitExpired, gathered  atomic.Int64
 	breakerOpens                  atomic.Int64
 	distrusted                    atomic.Int64
 	distrust                      *distrust // nil without WithDistrust
+	singles                       *gather
 }
 
 func newServer(addr string, cfg Config, log *slog.Logger) *server {
@@ -174,6 +175,7 @@ func (s *server) stats() ServerStats {
 		Skipped:        s.skipped.Load(),
 		Waits:          s.waits.Load(),
 		WaitExpired:    s.waitExpired.Load(),
+		Gathered:       s.gathered.Load(),
 		BreakerState:   s.breaker.State().String(),
 		BreakerOpens:   s.breakerOpens.Load(),
 		Suspect:        s.suspected(),
