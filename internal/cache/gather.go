@@ -24,6 +24,7 @@ type gather struct {
 	srv      *server
 	inFlight int
 	maxKeys  int
+	timeout  time.Duration // Config.Timeout: the longest one call may take
 	tracer   spans.Tracer
 
 	mu      sync.Mutex
@@ -40,7 +41,7 @@ type asked struct {
 }
 
 func newGather(srv *server, cfg Config, tracer spans.Tracer) *gather {
-	return &gather{srv: srv, inFlight: cfg.SingleGetsInFlight, maxKeys: cfg.MaxKeysPerGet, tracer: tracer}
+	return &gather{srv: srv, inFlight: cfg.SingleGetsInFlight, maxKeys: cfg.MaxKeysPerGet, timeout: cfg.Timeout, tracer: tracer}
 }
 
 // get reads key, alone or gathered with others. It returns nil for a
@@ -92,8 +93,11 @@ func (g *gather) serve(batch []*asked) {
 	}
 	ctx := batch[0].ctx
 	if ctx.Err() != nil {
-		// The runner's caller has gone; the others are still waiting.
-		ctx = context.WithoutCancel(ctx)
+		// The runner's caller has gone; the others are still waiting,
+		// for no longer than one call may take.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), g.timeout)
+		defer cancel()
 	}
 	keys := make([]string, 0, len(batch))
 	for _, a := range batch {
