@@ -37,6 +37,7 @@ type asked struct {
 	ctx  context.Context
 	key  string
 	turn chan []*asked // a batch to run (this read is its first), or nil once answered
+	runs bool          // set under gather.mu when it is handed a batch to run
 	item *memcache.Item
 }
 
@@ -61,28 +62,29 @@ func (g *gather) get(ctx context.Context, key string) *memcache.Item {
 	select {
 	case batch := <-a.turn:
 		g.serve(batch)
+		g.srv.gathered.Add(1)
+		return a.item
 	case <-ctx.Done():
-		if g.withdraw(a) {
-			g.srv.waitExpired.Add(1)
-			return nil
+		g.srv.waitExpired.Add(1)
+		if g.leave(a) {
+			g.serve(<-a.turn) // this read runs its batch: the others wait on it
 		}
-		g.serve(<-a.turn) // already taken into a batch: see it through
+		return nil
 	}
-	g.srv.gathered.Add(1)
-	return a.item
 }
 
-// withdraw takes a out of the waiting reads, reporting whether it was
-// still there.
-func (g *gather) withdraw(a *asked) bool {
+// leave takes a, whose caller has gone, out of the waiting reads, and
+// reports whether it must still run the batch it was handed. A read
+// taken into a batch it does not run just stops waiting; the batch's
+// runner still answers it, unread.
+func (g *gather) leave(a *asked) (runs bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	i := slices.Index(g.waiting, a)
-	if i < 0 {
+	if i := slices.Index(g.waiting, a); i >= 0 {
+		g.waiting = slices.Delete(g.waiting, i, i+1)
 		return false
 	}
-	g.waiting = slices.Delete(g.waiting, i, i+1)
-	return true
+	return a.runs
 }
 
 // serve runs batch, if this read was handed one, answers each of its
@@ -91,21 +93,12 @@ func (g *gather) serve(batch []*asked) {
 	if batch == nil {
 		return // answered by another read's batch
 	}
-	ctx := batch[0].ctx
-	if ctx.Err() != nil {
-		// The runner's caller has gone; the others are still waiting,
-		// for no longer than one call may take.
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), g.timeout)
-		defer cancel()
-	}
-	keys := make([]string, 0, len(batch))
-	for _, a := range batch {
-		if !slices.Contains(keys, a.key) {
-			keys = append(keys, a.key)
-		}
-	}
-	items := g.fetch(ctx, keys)
+	// The batch answers every read in it, so it does not end with its
+	// runner's deadline; one call's timeout bounds it instead, as it
+	// bounds a get once a connection is held.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(batch[0].ctx), g.timeout)
+	defer cancel()
+	items := g.fetch(ctx, distinctKeys(batch))
 	for i, a := range batch {
 		a.item = items[a.key]
 		if i > 0 {
@@ -138,6 +131,20 @@ func (g *gather) handOn() {
 	n := min(len(g.waiting), g.maxKeys)
 	batch := slices.Clone(g.waiting[:n])
 	g.waiting = slices.Delete(g.waiting, 0, n)
+	batch[0].runs = true
 	g.mu.Unlock()
 	batch[0].turn <- batch
+}
+
+// distinctKeys are the keys of batch, each once, in order.
+func distinctKeys(batch []*asked) []string {
+	keys := make([]string, 0, len(batch))
+	seen := make(map[string]struct{}, len(batch))
+	for _, a := range batch {
+		if _, dup := seen[a.key]; !dup {
+			seen[a.key] = struct{}{}
+			keys = append(keys, a.key)
+		}
+	}
+	return keys
 }

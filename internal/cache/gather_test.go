@@ -138,3 +138,49 @@ func waitUntil(what string, cond func() bool) error {
 	}
 	return nil
 }
+
+// Tests that a gathered get answers every read in it whatever becomes of
+// the read that runs it: the runner's deadline ends while the get waits
+// for the server's only connection, and the other read still gets its
+// record once the connection is free.
+func TestGatheredGetOutlivesItsRunner(t *testing.T) {
+	c := newCache(t, []string{testenv.SharedMemcached(t)}, func(cfg *Config) {
+		cfg.SingleGetsInFlight = 1
+		cfg.MaxConnsPerServer = 1
+		cfg.Timeout = 10 * time.Second
+	})
+	ctx := testContext(t, 2)
+	uris := uniqueURIs(t, 2)
+	c.Fill(ctx, map[string]Entry{uris[0]: {Value: []byte("first")}, uris[1]: {Value: []byte("second")}})
+	srv := c.servers[0]
+	if err := srv.sem.Acquire(ctx, 1); err != nil { // the only connection is busy
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	runner := &asked{ctx: short, key: Key(uris[0]), turn: make(chan []*asked, 1), runs: true}
+	other := &asked{ctx: ctx, key: Key(uris[1]), turn: make(chan []*asked, 1)}
+	srv.singles.running = 1 // the slot that comes with a batch
+	err := fanout.Each(ctx, 2, func(ctx context.Context, i int) error {
+		if i == 0 {
+			srv.singles.serve([]*asked{runner, other})
+			return nil
+		}
+		<-short.Done()
+		time.Sleep(50 * time.Millisecond)
+		srv.sem.Release(1)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if other.item == nil || string(other.item.Value) != "second" {
+		t.Fatalf("the other read got %v after its runner's deadline ended, want its record", other.item)
+	}
+	if answered := <-other.turn; answered != nil {
+		t.Fatalf("the other read was handed a batch, want its answer")
+	}
+	if srv.singles.running != 0 {
+		t.Fatalf("%d gets still counted out after the batch, want 0", srv.singles.running)
+	}
+}
