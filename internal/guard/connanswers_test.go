@@ -56,3 +56,22 @@ func TestAnswersQueuedOnAClosedConnectionAreReleased(t *testing.T) {
 		return fmt.Sprintf("the ledger still holds %v after the connection with the unread answers closed", f.srv.MemoryStats().Responses.Held)
 	}, func() bool { return f.srv.MemoryStats().Responses.Held == 0 })
 }
+
+// Tests that a connection older than max_connection_age is sent GOAWAY
+// and replaced while its client keeps calling, without a failed call:
+// this bounds how long any connection can hold answers the transport
+// dropped unfreed.
+func TestConnectionsAreReplacedAtMaxAge(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxConnectionAge = time.Second
+	f := start(t, cfg, newPostRecords())
+	ctx := testContext(t, 20*time.Second)
+	for begin := time.Now(); time.Since(begin) < 2500*time.Millisecond; time.Sleep(10 * time.Millisecond) {
+		if _, err := f.client.GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: uris(10)}); err != nil {
+			t.Fatalf("a call while the connection aged out: %v", err)
+		}
+	}
+	if accepted := f.srv.MemoryStats().Connections.Accepted; accepted < 2 {
+		t.Fatalf("%d connections accepted over 2.5 s of calls with max_connection_age 1s, want the first replaced", accepted)
+	}
+}

@@ -82,6 +82,13 @@ type MemoryConfig struct {
 	// KeepaliveMinTime is the shortest interval between a client's
 	// keepalive pings; a client pinging faster is sent GOAWAY. Default 10s.
 	KeepaliveMinTime time.Duration `yaml:"keepalive_min_time"`
+	// MaxConnectionAge is how long a connection serves before the server
+	// sends it GOAWAY (gRPC adds ±10 % jitter); its calls in flight get a
+	// minute to finish, and the client reconnects. It spreads long-lived
+	// clients over replicas as they come and go, and bounds how long a
+	// connection can hold response bytes the transport dropped without
+	// freeing (docs/reliability.md). Default 30m.
+	MaxConnectionAge time.Duration `yaml:"max_connection_age"`
 }
 
 // Fixed terms of the budget: what the process needs before any request
@@ -103,6 +110,11 @@ const (
 	streamWindow     = 64 << 10
 	connectionWindow = 1 << 20
 )
+
+// connectionAgeGrace is how long the calls in flight on a connection at
+// its max_connection_age get to finish before it is closed: far more
+// than any method's timeout.
+const connectionAgeGrace = time.Minute
 
 func (c MemoryConfig) merge(o MemoryConfig) MemoryConfig {
 	pick := func(a, b membudget.Bytes) membudget.Bytes {
@@ -127,6 +139,9 @@ func (c MemoryConfig) merge(o MemoryConfig) MemoryConfig {
 	if o.KeepaliveMinTime != 0 {
 		c.KeepaliveMinTime = o.KeepaliveMinTime
 	}
+	if o.MaxConnectionAge != 0 {
+		c.MaxConnectionAge = o.MaxConnectionAge
+	}
 	return c
 }
 
@@ -139,7 +154,7 @@ type MemoryPlan struct {
 	Connections                         int
 	StreamsPerConnection                uint32
 	Streams                             int64
-	KeepaliveMinTime                    time.Duration
+	KeepaliveMinTime, MaxConnectionAge  time.Duration
 	// LargestStream is the largest reservation one stream takes, and
 	// the method that takes it.
 	LargestStream       membudget.Bytes
@@ -154,7 +169,7 @@ func (c Config) Memory() MemoryPlan {
 	m := c.MemoryConfig
 	p := MemoryPlan{Limit: m.MemoryLimit, LimitSource: membudget.SourceFlag,
 		Connections: m.MaxConnections, StreamsPerConnection: m.MaxStreamsPerConnection,
-		Streams: m.MaxStreams, KeepaliveMinTime: m.KeepaliveMinTime}
+		Streams: m.MaxStreams, KeepaliveMinTime: m.KeepaliveMinTime, MaxConnectionAge: m.MaxConnectionAge}
 	if p.Limit == 0 {
 		p.Limit, p.LimitSource = membudget.DefaultLimit()
 	}
@@ -169,6 +184,9 @@ func (c Config) Memory() MemoryPlan {
 	}
 	if p.KeepaliveMinTime == 0 {
 		p.KeepaliveMinTime = 10 * time.Second
+	}
+	if p.MaxConnectionAge == 0 {
+		p.MaxConnectionAge = 30 * time.Minute
 	}
 	p.Fixed = baseReserve + membudget.Bytes(p.Connections)*connectionBytes + membudget.Bytes(c.MaxInflightItems)*itemBytes
 	left := max(p.Limit-p.Fixed, 0)
@@ -245,6 +263,9 @@ func (p MemoryPlan) validate(c Config) error {
 	if p.KeepaliveMinTime < 0 {
 		errs = append(errs, fmt.Errorf("guard: keepalive_min_time must not be negative, got %v", p.KeepaliveMinTime))
 	}
+	if p.MaxConnectionAge < time.Second {
+		errs = append(errs, fmt.Errorf("guard: max_connection_age must be at least 1s, got %v", p.MaxConnectionAge))
+	}
 	if p.CallerRequests > p.Requests {
 		errs = append(errs, fmt.Errorf("guard: max_caller_request_bytes %v exceeds max_request_bytes %v", p.CallerRequests, p.Requests))
 	}
@@ -297,6 +318,7 @@ func (mem *memory) grpcOptions(s *Server) []grpc.ServerOption {
 		grpc.InitialWindowSize(streamWindow),
 		grpc.InitialConnWindowSize(connectionWindow),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: mem.plan.KeepaliveMinTime, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: mem.plan.MaxConnectionAge, MaxConnectionAgeGrace: connectionAgeGrace}),
 	}
 }
 
