@@ -8,13 +8,28 @@ import (
 	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/encoding/gzip"
 )
 
 // Tests that the bytes of answers still queued on a connection that
 // closes go back to the response ledger. grpc-go's writer drops such
 // answers without freeing their buffers; a caller that asks and never
 // reads, then hangs up, must not leave max_response_bytes held for good.
+// A caller that gzips its requests is answered uncompressed, so its
+// unread answers are held like anyone's.
 func TestAnswersQueuedOnAClosedConnectionAreReleased(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts []grpc.CallOption
+	}{
+		{"identity", nil},
+		{"gzip request", []grpc.CallOption{grpc.UseCompressor(gzip.Name)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { unreadAnswersThenHangUp(t, tc.opts...) })
+	}
+}
+
+func unreadAnswersThenHangUp(t *testing.T, opts ...grpc.CallOption) {
 	impl := newPostRecords()
 	impl.recordBytes = 400 // about 450 KB an answer, far over the 64 KB stream window
 	f := start(t, testConfig(), impl)
@@ -30,7 +45,7 @@ func TestAnswersQueuedOnAClosedConnectionAreReleased(t *testing.T) {
 	ctx := testContext(t, 10*time.Second)
 	const asks = 3
 	for range asks {
-		stream, err := conn.NewStream(ctx, &grpc.StreamDesc{}, "/"+getMany)
+		stream, err := conn.NewStream(ctx, &grpc.StreamDesc{}, "/"+getMany, opts...)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 
 	"github.com/sluice-dev/sluice/internal/guard/membudget"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 )
@@ -64,7 +66,23 @@ func (s *Server) holdResponse(ctx context.Context, fullMethod, client string, re
 	}
 	out.res, out.conn = res, s.answersOf(ctx)
 	out.conn.hold(res)
+	uncompressed(ctx)
 	return out, nil
+}
+
+// uncompressed has the answer written as it was marshalled, whatever
+// encoding the request came in (gRPC answers a gzipped request gzipped
+// by default): a compressed answer goes out from gRPC's own buffers and
+// the marshalled ones are freed at once, so the response ledger could
+// not hold its bytes until they are written.
+func uncompressed(ctx context.Context) {
+	st, ok := grpc.ServerTransportStreamFromContext(ctx).(interface{ SendCompress() string })
+	if !ok {
+		return
+	}
+	if c := st.SendCompress(); c != "" && c != encoding.Identity {
+		_ = grpc.SetSendCompressor(ctx, encoding.Identity)
+	}
 }
 
 // marshalSized writes r into buffers whose last Free gives r's
