@@ -110,7 +110,16 @@ type Cache struct {
 	// since it was last cleared; doorAdds counts the bits set since then.
 	door     [doorBits / 64]atomic.Uint64
 	doorAdds atomic.Uint64
+	// held counts the entries in mem per hash slot of their keys. A key
+	// whose slot holds none is a certain miss, answered without a lookup:
+	// a load of keys that are not held pays one hash per key. The count
+	// goes up before an entry is stored and down when mem deletes one,
+	// so it is never below the entries held (only above, briefly).
+	held [heldSlots]atomic.Int32
 }
+
+// heldSlots is the number of hash slots Cache.held counts entries in.
+const heldSlots = 1 << 16
 
 // New returns a near cache in front of shared. cfg must be valid.
 func New(cfg Config, shared Shared) (*Cache, error) {
@@ -128,6 +137,7 @@ func New(cfg Config, shared Shared) (*Cache, error) {
 		ExpiryCalculator: otter.ExpiryWriting[string, held](cfg.TTL),
 		StatsRecorder:    c.counts,
 		OnAtomicDeletion: func(e otter.DeletionEvent[string, held]) {
+			c.held[c.hash(e.Key)%heldSlots].Add(-1)
 			if e.Cause == otter.CauseOverflow {
 				c.overflows.Add(1)
 			}
@@ -170,10 +180,14 @@ func (c *Cache) GetMulti(ctx context.Context, uris []string) map[string]cache.En
 	}
 	var out map[string]cache.Entry // made at the first answer from memory
 	var misses []string
-	var before []uint64
+	var missed []miss
 	now := time.Now()
+	unheld := 0
 	for _, uri := range uris {
-		if h, ok := c.mem.GetIfPresent(uri); ok && now.Sub(h.readAt) < c.ttl {
+		hash := c.hash(uri)
+		if c.held[hash%heldSlots].Load() == 0 {
+			unheld++
+		} else if h, ok := c.mem.GetIfPresent(uri); ok && now.Sub(h.readAt) < c.ttl {
 			if out == nil {
 				out = make(map[string]cache.Entry, len(uris))
 			}
@@ -181,8 +195,9 @@ func (c *Cache) GetMulti(ctx context.Context, uris []string) map[string]cache.En
 			continue
 		}
 		misses = append(misses, uri)
-		before = append(before, c.gen(uri).Load())
+		missed = append(missed, miss{hash: hash, before: c.gen(hash).Load()})
 	}
+	c.counts.RecordMisses(unheld) // the lookups skipped are misses too
 	if len(misses) == 0 {
 		return out
 	}
@@ -192,8 +207,8 @@ func (c *Cache) GetMulti(ctx context.Context, uris []string) map[string]cache.En
 		if !ok {
 			continue
 		}
-		if c.admit(uri) {
-			c.keep(uri, held{entry: e, readAt: now}, before[i])
+		if c.admit(missed[i].hash) {
+			c.keep(uri, held{entry: e, readAt: now}, missed[i])
 		}
 	}
 	if len(out) == 0 {
@@ -205,17 +220,24 @@ func (c *Cache) GetMulti(ctx context.Context, uris []string) map[string]cache.En
 	return out
 }
 
+// miss is a key the shared cache is asked for: its hash, and its write
+// counter when the read began.
+type miss struct {
+	hash, before uint64
+}
+
 // keep stores e unless an invalidation of uri began after the read that
 // returned e did. Checking after the store closes the race with an
 // Invalidate between the check and the store: either this check sees the
 // counter moved, or that Invalidate's delete comes after this store.
-func (c *Cache) keep(uri string, h held, before uint64) {
-	g := c.gen(uri)
-	if g.Load() != before {
+func (c *Cache) keep(uri string, h held, m miss) {
+	g := c.gen(m.hash)
+	if g.Load() != m.before {
 		return
 	}
+	c.held[m.hash%heldSlots].Add(1) // before the store, so a reader never skips a held entry
 	c.mem.Set(uri, h)
-	if g.Load() != before {
+	if g.Load() != m.before {
 		c.mem.Invalidate(uri)
 	}
 }
@@ -245,15 +267,15 @@ func (c *Cache) Forget(uris []string) {
 		return
 	}
 	for _, uri := range uris {
-		c.gen(uri).Add(1)
+		c.gen(c.hash(uri)).Add(1)
 		c.mem.Invalidate(uri)
 	}
 }
 
-// admit reports whether the shared cache answered uri before, since the
+// admit reports whether the shared cache answered the key of hash before, since the
 // doorkeeper was last cleared, and notes that it has now.
-func (c *Cache) admit(uri string) bool {
-	slot := maphash.String(c.seed, uri) % doorBits
+func (c *Cache) admit(hash uint64) bool {
+	slot := hash % doorBits
 	word, bit := &c.door[slot/64], uint64(1)<<(slot%64)
 	if word.Load()&bit != 0 {
 		return true
@@ -269,9 +291,9 @@ func (c *Cache) admit(uri string) bool {
 	return false
 }
 
-func (c *Cache) gen(uri string) *atomic.Uint64 {
-	return &c.gens[maphash.String(c.seed, uri)%generations]
-}
+func (c *Cache) gen(hash uint64) *atomic.Uint64 { return &c.gens[hash%generations] }
+
+func (c *Cache) hash(uri string) uint64 { return maphash.String(c.seed, uri) }
 
 // Stats are the near cache's figures since New.
 type Stats struct {

@@ -159,7 +159,7 @@ func TestReadInFlightDuringInvalidateDoesNotKeepTheOldValue(t *testing.T) {
 	uri := uniqueURIs(t, 1)
 	shared.Fill(ctx, map[string]cache.Entry{uri[0]: {Value: []byte("old")}})
 
-	near.admit(uri[0]) // answered once before: the slow read would keep its answer
+	near.admit(near.hash(uri[0])) // answered once before: the slow read would keep its answer
 	answered := shared.answered
 	done := make(chan map[string]cache.Entry)
 	go func() { done <- near.GetMulti(ctx, uri) }()
@@ -192,7 +192,7 @@ func TestEntryLifetimeStartsWhenTheReadBegins(t *testing.T) {
 	uri := uniqueURIs(t, 1)
 	shared.Fill(ctx, map[string]cache.Entry{uri[0]: {Value: []byte("v")}})
 
-	near.admit(uri[0]) // answered once before: the slow read would keep its answer
+	near.admit(near.hash(uri[0])) // answered once before: the slow read would keep its answer
 	answered := shared.answered
 	done := make(chan map[string]cache.Entry)
 	go func() { done <- near.GetMulti(ctx, uri) }()
@@ -257,15 +257,55 @@ func TestDoorkeeperStoresOnTheSecondAnswer(t *testing.T) {
 	}
 
 	other := uniqueURIs(t, 2)
-	if near.admit(other[0]) {
+	if near.admit(near.hash(other[0])) {
 		t.Fatal("a key never answered passed the doorkeeper")
 	}
 	period := uint64(doorBits / 4)
 	for i, start := 0, near.doorAdds.Load(); near.doorAdds.Load()/period == start/period; i++ {
-		near.admit(fmt.Sprintf("%s-%d", other[1], i)) // new keys until the doorkeeper clears
+		near.admit(near.hash(fmt.Sprintf("%s-%d", other[1], i))) // new keys until the doorkeeper clears
 	}
-	if near.admit(other[0]) {
+	if near.admit(near.hash(other[0])) {
 		t.Fatal("the doorkeeper still remembered a key after it should have been cleared")
+	}
+}
+
+// Tests the count of held entries per hash slot that lets reads of keys
+// not held skip the lookup in memory: a stored key is still answered from
+// memory, reads of keys not held are counted as misses, and when the
+// stored entries are gone the counts are back to zero.
+func TestHeldCountsLetStoredKeysThrough(t *testing.T) {
+	ctx := testContext(t)
+	shared := sharedCache(t)
+	near := newNear(t, Config{TTL: MaxTTL, MaxBytes: 1 << 20}, shared)
+	uris := uniqueURIs(t, 3)
+	fill := map[string]cache.Entry{}
+	for _, u := range uris {
+		fill[u] = cache.Entry{Value: []byte("v " + u)}
+	}
+	shared.Fill(ctx, fill)
+	near.GetMulti(ctx, uris[:2])
+	near.GetMulti(ctx, uris[:2]) // the second answer: both are stored
+	before := near.Stats()
+	got := near.GetMulti(ctx, uris)
+	after := near.Stats()
+	for _, u := range uris {
+		if string(got[u].Value) != "v "+u {
+			t.Errorf("%s read %q, want its record", u, got[u].Value)
+		}
+	}
+	if hits := after.Hits - before.Hits; hits != 2 {
+		t.Errorf("%d of the 2 stored keys answered from memory", hits)
+	}
+	if misses := after.Misses - before.Misses; misses != 1 {
+		t.Errorf("%d misses counted for the 1 key not held", misses)
+	}
+	near.Forget(uris)
+	total := int32(0)
+	for i := range near.held {
+		total += near.held[i].Load()
+	}
+	if total != 0 {
+		t.Errorf("the held counts add up to %d with nothing stored, want 0", total)
 	}
 }
 
