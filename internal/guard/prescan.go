@@ -30,7 +30,8 @@ import (
 // had decoded it: same status, same message, same metrics.
 
 // codec is gRPC's protobuf codec, except that it hands a rawRequest the
-// message's bytes undecoded.
+// message's bytes undecoded, and writes a sizedResponse into buffers that
+// give its reserved bytes back when freed (response.go).
 type codec struct{ proto encoding.CodecV2 }
 
 func newCodec() (codec, error) {
@@ -44,11 +45,8 @@ func newCodec() (codec, error) {
 func (c codec) Name() string { return c.proto.Name() }
 
 func (c codec) Marshal(v any) (mem.BufferSlice, error) {
-	switch r := v.(type) {
-	case *sizedResponse:
+	if r, ok := v.(*sizedResponse); ok {
 		return marshalSized(r)
-	case *joinedAnswer:
-		return partsBuffers(r.parts, nil, nil), nil
 	}
 	return c.proto.Marshal(v)
 }

@@ -120,3 +120,31 @@ func TestJoinedAnswerWaitsForTrackedPartsOnly(t *testing.T) {
 		t.Fatalf("the ledger holds %v after every tracked part was freed, want 0", held)
 	}
 }
+
+// Tests a connection's held answers: ending the connection gives back
+// what it held, an answer held after the end goes back at once (the
+// transport refuses to queue it), and the frees that come later change
+// nothing.
+func TestConnAnswersGiveBackOnEnd(t *testing.T) {
+	ledger := membudget.NewLedger("response bytes", 1<<20, 1<<20)
+	conn := &connAnswers{held: map[*membudget.Reservation]struct{}{}}
+	queued, _ := ledger.Reserve("feed", 1000)
+	conn.hold(queued)
+	if held := ledger.Stats().Held; held != 1000 {
+		t.Fatalf("the ledger holds %v with one answer queued, want 1000B", held)
+	}
+	conn.end()
+	if held := ledger.Stats().Held; held != 0 {
+		t.Fatalf("the ledger holds %v after the connection ended, want 0", held)
+	}
+	late, _ := ledger.Reserve("feed", 1000)
+	conn.hold(late)
+	if held := ledger.Stats().Held; held != 0 {
+		t.Fatalf("the ledger holds %v after an answer was held on an ended connection, want 0", held)
+	}
+	conn.release(queued)
+	conn.release(late)
+	if held := ledger.Stats().Held; held != 0 {
+		t.Fatalf("the ledger holds %v after the late frees, want 0", held)
+	}
+}

@@ -197,7 +197,9 @@ func (c *Cache) GetMulti(ctx context.Context, uris []string) map[string]cache.En
 		misses = append(misses, uri)
 		missed = append(missed, miss{hash: hash, before: c.gen(hash).Load()})
 	}
-	c.counts.RecordMisses(unheld) // the lookups skipped are misses too
+	if unheld > 0 {
+		c.counts.RecordMisses(unheld) // the lookups skipped are misses too
+	}
 	if len(misses) == 0 {
 		return out
 	}
@@ -272,8 +274,8 @@ func (c *Cache) Forget(uris []string) {
 	}
 }
 
-// admit reports whether the shared cache answered the key of hash before, since the
-// doorkeeper was last cleared, and notes that it has now.
+// admit reports whether the shared cache answered the key of hash before,
+// since the doorkeeper was last cleared, and notes that it has now.
 func (c *Cache) admit(hash uint64) bool {
 	slot := hash % doorBits
 	word, bit := &c.door[slot/64], uint64(1)<<(slot%64)
