@@ -306,3 +306,46 @@ func tail(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
+
+// verdict repeats a test's failures once everything else it logs on the
+// way out (replicas' stderr tails) has been printed, so the reason stays
+// in sight at the end of a long log.
+type verdict struct {
+	t    *testing.T
+	mu   sync.Mutex
+	msgs []string
+}
+
+// newVerdict must be called before the test starts anything whose
+// cleanup logs: cleanups run last-registered first, so this one runs last.
+func newVerdict(t *testing.T) *verdict {
+	v := &verdict{t: t}
+	t.Cleanup(func() {
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		if len(v.msgs) > 0 {
+			t.Logf("%s failed because:\n  %s", t.Name(), strings.Join(v.msgs, "\n  "))
+		}
+	})
+	return v
+}
+
+func (v *verdict) note(format string, args ...any) string {
+	msg := fmt.Sprintf(format, args...)
+	v.mu.Lock()
+	v.msgs = append(v.msgs, msg)
+	v.mu.Unlock()
+	return msg
+}
+
+// Errorf is t.Errorf, repeated at the end.
+func (v *verdict) Errorf(format string, args ...any) {
+	v.t.Helper()
+	v.t.Error(v.note(format, args...))
+}
+
+// Fatalf is t.Fatalf, repeated at the end.
+func (v *verdict) Fatalf(format string, args ...any) {
+	v.t.Helper()
+	v.t.Fatal(v.note(format, args...))
+}

@@ -29,6 +29,7 @@ import (
 // the replica exits 0, and every connection it held to memcached and
 // Cassandra is closed on the servers' side too.
 func TestReplicaDrain(t *testing.T) {
+	v := newVerdict(t)
 	ks := newKeyspace(t, "sluice_cluster_replicas", 3, 2000)
 	mc := testenv.StartMemcached(t)
 	a := startReplica(t, ks, []string{mc.Addr()}, "--drain-timeout", "10s")
@@ -40,13 +41,14 @@ func TestReplicaDrain(t *testing.T) {
 		mu        sync.Mutex
 		calls     int
 		failures  []string
+		sigterm   time.Time // zero until the replica is signalled
 		stop      = make(chan struct{})
 		perTarget = map[string]int{}
 	)
 	for i := range callers {
 		c, err := client.DialReplicas(context.Background(), []string{a.grpcAddr, b.grpcAddr}, "feed")
 		if err != nil {
-			t.Fatal(err)
+			v.Fatalf("dial the replicas: %v", err)
 		}
 		defer c.Close()
 		wg.Add(1)
@@ -64,6 +66,7 @@ func TestReplicaDrain(t *testing.T) {
 					batch[j] = ks.uris[rng.IntN(len(ks.uris))]
 				}
 				ctx, cancel := context.WithTimeout(context.Background(), callLimit)
+				started := time.Now()
 				recs, err := c.GetPostRecords(ctx, batch)
 				cancel()
 				mu.Lock()
@@ -72,7 +75,8 @@ func TestReplicaDrain(t *testing.T) {
 					err = fmt.Errorf("%d records for %d URIs", len(recs), len(batch))
 				}
 				if err != nil {
-					failures = append(failures, err.Error())
+					failures = append(failures, fmt.Sprintf("%s (a call started %s, took %v)",
+						err, sinceSignal(started, sigterm), time.Since(started).Round(time.Millisecond)))
 				}
 				mu.Unlock()
 			}
@@ -84,28 +88,28 @@ func TestReplicaDrain(t *testing.T) {
 		perTarget[r.grpcAddr] = int(r.metrics(t).Sum("sluice_requests_total", map[string]string{"client": "feed"}))
 	}
 	if perTarget[a.grpcAddr] == 0 || perTarget[b.grpcAddr] == 0 {
-		t.Fatalf("requests per replica before the drain: %v; want both replicas serving (round robin)", perTarget)
+		v.Fatalf("requests per replica before the drain: %v; want both replicas serving (round robin)", perTarget)
 	}
 
 	held := connections(t, a.cmd.Process.Pid, mc.Addr(), ks.hosts)
 	if len(held) == 0 {
-		t.Fatal("the replica holds no connection to memcached or Cassandra before the drain")
+		v.Fatalf("the replica holds no connection to memcached or Cassandra before the drain")
 	}
 	mu.Lock()
 	before := calls
+	sigterm = time.Now()
 	mu.Unlock()
-	start := time.Now()
 	if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
+		v.Fatalf("SIGTERM the replica: %v", err)
 	}
 	select {
 	case <-a.done:
 	case <-time.After(30 * time.Second):
-		t.Fatal("the replica did not exit within 30s of SIGTERM")
+		v.Fatalf("the replica did not exit within 30s of SIGTERM")
 	}
-	drained := time.Since(start)
+	drained := time.Since(sigterm)
 	if code := a.cmd.ProcessState.ExitCode(); code != 0 {
-		t.Errorf("drained replica exited %d, want 0", code)
+		v.Errorf("drained replica exited %d, want 0", code)
 	}
 	time.Sleep(3 * time.Second) // calls go on against the other replica
 	mu.Lock()
@@ -114,19 +118,31 @@ func TestReplicaDrain(t *testing.T) {
 	figure(t, "replica SIGTERM: drain until exit", "%.1fs", drained.Seconds())
 	figure(t, "replica SIGTERM: calls during and after the drain", "%d, %d failed", after-before, len(failed))
 	if after-before < 10 {
-		t.Errorf("only %d calls during and after the drain", after-before)
+		v.Errorf("only %d calls during and after the drain", after-before)
 	}
 	if len(failed) != 0 {
-		t.Errorf("%d of %d calls failed while a replica drained; first: %s", len(failed), after, failed[0])
+		v.Errorf("%d of %d calls failed; the first ones: %s", len(failed), after, strings.Join(failed[:min(len(failed), 5)], "; "))
 	}
 
 	open := stillOpen(t, held, 5*time.Second)
 	figure(t, "replica SIGTERM: its connections to memcached and Cassandra", "%d held, %d still open on the servers' side 5s after exit", len(held), len(open))
 	if len(open) != 0 {
-		t.Errorf("%d of the drained replica's %d connections still open on the server side: %v", len(open), len(held), open)
+		v.Errorf("%d of the drained replica's %d connections still open on the server side: %v", len(open), len(held), open)
 	}
 	for _, c := range stillListed(t, ks.hosts, held, 5*time.Second) {
-		t.Errorf("Cassandra still lists the drained replica's connection from %v 5s after its socket closed", c)
+		v.Errorf("Cassandra still lists the drained replica's connection from %v 5s after its socket closed", c)
+	}
+}
+
+// sinceSignal says when a call started relative to the SIGTERM.
+func sinceSignal(started, sigterm time.Time) string {
+	switch {
+	case sigterm.IsZero():
+		return "before the SIGTERM"
+	case started.Before(sigterm):
+		return fmt.Sprintf("%v before the SIGTERM", sigterm.Sub(started).Round(time.Millisecond))
+	default:
+		return fmt.Sprintf("%v after the SIGTERM", started.Sub(sigterm).Round(time.Millisecond))
 	}
 }
 
