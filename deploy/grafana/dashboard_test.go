@@ -1,8 +1,7 @@
 // Package grafana_test checks the shipped Grafana dashboard's JSON
 // without a Grafana: its panel ids are unique and no two panels overlap.
-// internal/app's
-// TestPerClientObservability runs every query of the dashboard against a
-// real Prometheus.
+// internal/app's TestPerClientObservability runs every query of the
+// dashboard against a real Prometheus.
 package grafana_test
 
 import (

@@ -60,7 +60,8 @@ func TestSingleReadsAreGathered(t *testing.T) {
 		case i < len(asks):
 			got[i] = c.GetMulti(ctx, []string{asks[i]})
 		case i == len(asks):
-			short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+			// Long enough to reach the wait on a busy machine.
+			short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 			defer cancel()
 			expired = c.GetMulti(short, []string{uris[4]})
 		default:
