@@ -6,10 +6,12 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 
 	"github.com/sluice-dev/sluice/internal/app"
+	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/guard/membudget"
 	"github.com/sluice-dev/sluice/internal/telemetry"
 	"google.golang.org/grpc/experimental"
@@ -29,8 +31,9 @@ func serve(ctx context.Context, args []string) error {
 	log := slog.New(logs)
 	flags.cfg.AfterStoreWrite = killAfterStoreWrite(os.Getenv(killAfterStoreWriteEnv))
 	plan := flags.cfg.Guard.Memory()
-	membudget.Apply(plan.Limit)
+	membudget.Apply(plan.Limit, plan.GCPercent)
 	log.Info("memory budget", "memory_limit", plan.Limit.String(), "from", plan.LimitSource,
+		"gc_percent", gcPercentLogged(plan), "gc_percent_from", plan.GCSource,
 		"max_request_bytes", plan.Requests.String(), "max_caller_request_bytes", plan.CallerRequests.String(),
 		"max_response_bytes", plan.Responses.String(), "max_connections", plan.Connections,
 		"max_streams", plan.Streams, "max_streams_per_connection", plan.StreamsPerConnection)
@@ -48,6 +51,15 @@ func serve(ctx context.Context, args []string) error {
 	defer signal.Stop(hup)
 	go reloadOnHangup(ctx, hup, a, flags.configPath, log)
 	return a.Serve(ctx, grpcLis, httpLis)
+}
+
+// gcPercentLogged is the GOGC in force: the plan's, or the environment's
+// as written when the plan leaves it alone.
+func gcPercentLogged(plan guard.MemoryPlan) string {
+	if plan.GCPercent == 0 {
+		return os.Getenv("GOGC")
+	}
+	return strconv.Itoa(plan.GCPercent)
 }
 
 // useFineGrainedBufferPool gives gRPC a buffer pool with a tier at every

@@ -89,6 +89,12 @@ type MemoryConfig struct {
 	// connection can hold response bytes the transport dropped without
 	// freeing (docs/reliability.md). Default 30m.
 	MaxConnectionAge time.Duration `yaml:"max_connection_age"`
+	// GCPercent is the Go collector's GOGC: how far the heap grows past
+	// the live heap before a collection. Default: GOGC when the
+	// environment sets it, else membudget.DefaultGCPercent (400), which
+	// the soft memory limit makes safe: the collector still runs harder
+	// as the heap nears the budget.
+	GCPercent int `yaml:"gc_percent"`
 }
 
 // Fixed terms of the budget: what the process needs before any request
@@ -142,6 +148,9 @@ func (c MemoryConfig) merge(o MemoryConfig) MemoryConfig {
 	if o.MaxConnectionAge != 0 {
 		c.MaxConnectionAge = o.MaxConnectionAge
 	}
+	if o.GCPercent != 0 {
+		c.GCPercent = o.GCPercent
+	}
 	return c
 }
 
@@ -149,6 +158,10 @@ func (c MemoryConfig) merge(o MemoryConfig) MemoryConfig {
 type MemoryPlan struct {
 	Limit       membudget.Bytes
 	LimitSource string // membudget.Source…
+	// GCPercent is the collector's GOGC, and GCSource where it came from
+	// (membudget.Source…); 0 when the environment's GOGC is left in force.
+	GCPercent int
+	GCSource  string
 	// Requests, CallerRequests and Responses are the ledgers' caps.
 	Requests, CallerRequests, Responses membudget.Bytes
 	Connections                         int
@@ -172,6 +185,10 @@ func (c Config) Memory() MemoryPlan {
 		Streams: m.MaxStreams, KeepaliveMinTime: m.KeepaliveMinTime, MaxConnectionAge: m.MaxConnectionAge}
 	if p.Limit == 0 {
 		p.Limit, p.LimitSource = membudget.DefaultLimit()
+	}
+	p.GCPercent, p.GCSource = m.GCPercent, membudget.SourceFlag
+	if p.GCPercent == 0 {
+		p.GCPercent, p.GCSource = membudget.DefaultGCPercent()
 	}
 	if p.Connections == 0 {
 		p.Connections = 256
@@ -262,6 +279,9 @@ func (p MemoryPlan) validate(c Config) error {
 	}
 	if p.KeepaliveMinTime < 0 {
 		errs = append(errs, fmt.Errorf("guard: keepalive_min_time must not be negative, got %v", p.KeepaliveMinTime))
+	}
+	if p.GCSource == membudget.SourceFlag && (p.GCPercent < membudget.MinGCPercent || p.GCPercent > membudget.MaxGCPercent) {
+		errs = append(errs, fmt.Errorf("guard: gc_percent must be between %d and %d, got %d", membudget.MinGCPercent, membudget.MaxGCPercent, p.GCPercent))
 	}
 	if p.MaxConnectionAge < time.Second {
 		errs = append(errs, fmt.Errorf("guard: max_connection_age must be at least 1s, got %v", p.MaxConnectionAge))

@@ -2,6 +2,7 @@ package guard
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -66,6 +67,32 @@ func TestMemoryPlanFitsTheBudget(t *testing.T) {
 	for _, want := range []string{"over memory_limit 512MiB", "max_request_bytes 400MiB", "max_connections 1000", "max_response_bytes"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("caps over the budget: error %v, want it to name %q", err, want)
+		}
+	}
+}
+
+// Tests where the collector's GOGC comes from: the config, else the
+// environment's GOGC (left in force), else the default; and that a
+// configured one out of range is refused, naming the key and the range.
+func TestMemoryPlanSetsGCPercent(t *testing.T) {
+	t.Setenv("GOGC", "")
+	cfg := memoryConfig(512 * membudget.MiB)
+	if p := cfg.Memory(); p.GCPercent != 400 || p.GCSource != membudget.SourceDefault {
+		t.Errorf("no gc_percent, no GOGC: %d from %q, want 400 from %q", p.GCPercent, p.GCSource, membudget.SourceDefault)
+	}
+	t.Setenv("GOGC", "150")
+	if p := cfg.Memory(); p.GCPercent != 0 || p.GCSource != membudget.SourceGOGC {
+		t.Errorf("GOGC=150: %d from %q, want 0 (left in force) from %q", p.GCPercent, p.GCSource, membudget.SourceGOGC)
+	}
+	cfg.GCPercent = 200
+	if p := cfg.Memory(); p.GCPercent != 200 || p.GCSource != membudget.SourceFlag {
+		t.Errorf("gc_percent 200 with GOGC=150: %d from %q, want 200 from %q", p.GCPercent, p.GCSource, membudget.SourceFlag)
+	}
+	for _, bad := range []int{-1, 10, 5000} {
+		cfg.GCPercent = bad
+		err := cfg.Validate()
+		if want := fmt.Sprintf("gc_percent must be between 25 and 2000, got %d", bad); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("gc_percent %d: error %v, want it to say %q", bad, err, want)
 		}
 	}
 }
