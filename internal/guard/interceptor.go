@@ -116,6 +116,7 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 	defer release()
 
 	began := time.Now()
+	ctx, _ = withAnswerSlot(ctx)
 	resp, err := handler(fanout.WithLimit(ctx, m.policy.Concurrency), req)
 	err = deadlineToStatus(ctx, err)
 	if err == nil {

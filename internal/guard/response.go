@@ -9,18 +9,23 @@ import (
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // sizedResponse is a response whose wire size is reserved in the
 // response ledger; codec marshals it into buffers that give the bytes
 // back when the transport frees them, after writing them out. It holds
-// either a message or a joined answer's wire parts.
+// either a message or wire parts: a joined answer's, or the one part of
+// a message carried verbatim.
 type sizedResponse struct {
-	msg   proto.Message // nil for a joined answer
-	parts [][]byte      // a joined answer's pieces, in order
-	size  int           // proto.Size or the parts' total, as reserved; it also fills the message's size cache
-	res   *membudget.Reservation
-	conn  *connAnswers // the connection it is written to; nil if untracked
+	msg   proto.Message // nil for wire parts
+	parts [][]byte      // the wire form in parts, in order: the transport reads them, never writes or pools them
+	// recycle is the pooled answer buffer (answerbuf.go) that the one
+	// part is, which goes back to the pool once written; nil for none.
+	recycle *[]byte
+	size    int // proto.Size or the parts' total, as reserved; it also fills the message's size cache
+	res     *membudget.Reservation
+	conn    *connAnswers // the connection it is written to; nil if untracked
 }
 
 // joinedAnswer is an answer served in pieces (pieces.go, split.go), kept
@@ -56,6 +61,11 @@ func (s *Server) holdResponse(ctx context.Context, fullMethod, client string, re
 	case *joinedAnswer:
 		out = &sizedResponse{parts: r.parts, size: r.size}
 	case proto.Message:
+		if wire, ok := verbatim(r); ok {
+			slot, _ := ctx.Value(answerSlotKey{}).(*answerSlot)
+			out = &sizedResponse{parts: [][]byte{wire}, size: len(wire), recycle: slot.recycles(wire)}
+			break
+		}
 		out = &sizedResponse{msg: r, size: proto.Size(r)}
 	default:
 		return resp, err
@@ -68,6 +78,26 @@ func (s *Server) holdResponse(ctx context.Context, fullMethod, client string, re
 	out.conn.hold(res)
 	uncompressed(ctx)
 	return out, nil
+}
+
+// verbatim returns m's wire form without marshalling it when m is carried
+// entirely in its unknown fields, no known field set: the read path
+// splices cached encodings into its answers that way (package rpc), and
+// marshalling such a message only copies those bytes into a new buffer.
+// The transport is handed them as they are: it reads them, and a
+// verbatim part, like a joined answer's, is never put in a pool.
+func verbatim(m proto.Message) ([]byte, bool) {
+	r := m.ProtoReflect()
+	wire := r.GetUnknown()
+	if len(wire) == 0 {
+		return nil, false
+	}
+	known := false
+	r.Range(func(protoreflect.FieldDescriptor, protoreflect.Value) bool {
+		known = true
+		return false
+	})
+	return wire, !known
 }
 
 // uncompressed has the answer written as it was marshalled, whatever
@@ -88,8 +118,14 @@ func uncompressed(ctx context.Context) {
 // marshalSized writes r into buffers whose last Free gives r's
 // reservation back: a message is marshalled into one pooled buffer (its
 // sizes were computed when it was reserved, so the marshal reuses them);
-// a joined answer's parts go out as they are.
+// wire parts go out as they are, a pooled answer buffer back to its pool
+// once written.
 func marshalSized(r *sizedResponse) (mem.BufferSlice, error) {
+	if r.recycle != nil {
+		pool := &answerPool{shared: &answerBuffers, res: r.res, conn: r.conn}
+		pool.left.Store(1)
+		return mem.BufferSlice{mem.NewBuffer(r.recycle, pool)}, nil
+	}
 	if r.msg == nil {
 		return partsBuffers(r.parts, r.res, r.conn), nil
 	}

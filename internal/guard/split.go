@@ -258,9 +258,12 @@ var errMisaligned = errors.New("guard: a piece's answer is not aligned with its 
 // lets its decoded records go at once (and keeps answers that handlers
 // build from cached wire bytes as they are).
 func pieceWire(name string, resp proto.Message, i, want int) ([]byte, error) {
-	b, err := proto.Marshal(resp)
-	if err != nil {
-		return nil, status.Errorf(codes.Internal, "%s: piece %d: %v", name, i, err)
+	b, ok := verbatim(resp)
+	if !ok {
+		var err error
+		if b, err = proto.Marshal(resp); err != nil {
+			return nil, status.Errorf(codes.Internal, "%s: piece %d: %v", name, i, err)
+		}
 	}
 	field := resp.ProtoReflect().Descriptor().Fields().Get(0).Number()
 	if got := countField(b, field); got != want {

@@ -123,7 +123,7 @@ func (s *PostRecords) GetPostRecords(ctx context.Context, req *sluicev1.GetPostR
 	}
 	s.recorder.RecordItems(ctx, "GetPostRecords", counts)
 	resp := &sluicev1.GetPostRecordsResponse{}
-	resp.ProtoReflect().SetUnknown(spliced(results))
+	resp.ProtoReflect().SetUnknown(spliced(ctx, results))
 	return resp, nil
 }
 
@@ -148,13 +148,15 @@ func (s *PostRecords) GetPostRecord(ctx context.Context, req *sluicev1.GetPostRe
 // verbatim when it is marshalled, so a response whose only content is
 // these bytes reaches the client as the records they encode: cached
 // encodings (Result.Wire, checked by package posts) are copied as they
-// are, and only records read from the store are encoded.
-func spliced(results []posts.Result) []byte {
+// are, and only records read from the store are encoded. The bytes are
+// written into the call's answer buffer (guard.AnswerBuffer), which the
+// guard takes back once the transport has written them.
+func spliced(ctx context.Context, results []posts.Result) []byte {
 	size := 0
 	for _, r := range results {
 		size += len(r.Wire) + len(r.Record.URI) + 8
 	}
-	buf := make([]byte, 0, size)
+	buf := guard.AnswerBuffer(ctx, size)
 	for _, r := range results {
 		buf = protowire.AppendTag(buf, 1, protowire.BytesType)
 		if r.Wire != nil {
