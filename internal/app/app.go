@@ -140,7 +140,7 @@ func (a *App) build() error {
 		return err
 	}
 	a.closers = append(a.closers, a.Cache.Close)
-	if a.Near, err = nearcache.New(a.cfg.Near, a.Cache); err != nil {
+	if a.Near, err = nearcache.New(a.cfg.Near, a.Cache, nearcache.WithCheck(posts.CheckEntry)); err != nil {
 		return err
 	}
 	a.closers = append(a.closers, a.Near.Close)

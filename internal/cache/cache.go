@@ -54,6 +54,10 @@ type Entry struct {
 	Value []byte
 	// Negative marks a cached "does not exist".
 	Negative bool
+	// Checked is set on an entry answered by a layer that kept it only
+	// after the reader's check accepted it for its key (a near cache
+	// given a check): the reader need not check it again.
+	Checked bool
 }
 
 // Cache is a bounded, breaker-protected memcached client. It is safe for

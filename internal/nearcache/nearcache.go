@@ -97,7 +97,8 @@ const doorBits = 1 << 16
 type Cache struct {
 	shared Shared
 	ttl    time.Duration
-	mem    *otter.Cache[string, held] // nil when off
+	check  func(key string, e cache.Entry) bool // nil: keep every entry, unchecked
+	mem    *otter.Cache[string, held]           // nil when off
 	counts *stats.Counter
 	// overflows counts entries evicted for the byte cap.
 	overflows atomic.Uint64
@@ -121,12 +122,27 @@ type Cache struct {
 // heldSlots is the number of hash slots Cache.held counts entries in.
 const heldSlots = 1 << 16
 
+// Option configures a Cache.
+type Option func(*Cache)
+
+// WithCheck has the cache keep only the entries check accepts for their
+// key, and answer them from memory with Checked set: a reader that
+// checks every entry it is given (package posts) then checks a hot key
+// once, when it is kept, not on every read. An entry check refuses is
+// still answered, unchecked, as the shared cache gave it.
+func WithCheck(check func(key string, e cache.Entry) bool) Option {
+	return func(c *Cache) { c.check = check }
+}
+
 // New returns a near cache in front of shared. cfg must be valid.
-func New(cfg Config, shared Shared) (*Cache, error) {
+func New(cfg Config, shared Shared, opts ...Option) (*Cache, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	c := &Cache{shared: shared, ttl: cfg.TTL, seed: maphash.MakeSeed()}
+	for _, opt := range opts {
+		opt(c)
+	}
 	if !cfg.Enabled() {
 		return c, nil
 	}
@@ -209,7 +225,7 @@ func (c *Cache) GetMulti(ctx context.Context, uris []string) map[string]cache.En
 		if !ok {
 			continue
 		}
-		if c.admit(missed[i].hash) {
+		if c.admit(missed[i].hash) && c.accepts(uri, &e) {
 			c.keep(uri, held{entry: e, readAt: now}, missed[i])
 		}
 	}
@@ -220,6 +236,19 @@ func (c *Cache) GetMulti(ctx context.Context, uris []string) map[string]cache.En
 		out[uri] = e
 	}
 	return out
+}
+
+// accepts reports whether e may be kept for uri, and marks it Checked
+// when the cache's check accepted it.
+func (c *Cache) accepts(uri string, e *cache.Entry) bool {
+	if c.check == nil {
+		return true
+	}
+	if !c.check(uri, *e) {
+		return false
+	}
+	e.Checked = true
+	return true
 }
 
 // miss is a key the shared cache is asked for: its hash, and its write

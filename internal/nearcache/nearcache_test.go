@@ -329,3 +329,52 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// Tests that with a check the cache keeps only entries the check
+// accepts, answers those from memory marked Checked, and answers an entry
+// the check refuses from the shared cache on every read, never marked.
+func TestCheckedEntriesOnly(t *testing.T) {
+	ctx := testContext(t)
+	shared := sharedCache(t)
+	uris := uniqueURIs(t, 2)
+	good, bad := uris[0], uris[1]
+	shared.Fill(ctx, map[string]cache.Entry{good: {Value: []byte("good")}, bad: {Value: []byte("bad")}})
+	checks := 0
+	near, err := New(Config{TTL: MaxTTL, MaxBytes: 1 << 20}, shared, WithCheck(func(key string, e cache.Entry) bool {
+		checks++
+		return string(e.Value) == "good"
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { near.Close() })
+
+	const reads = 10
+	var fromMemory int
+	before := sharedHits(shared)
+	for range reads {
+		got := near.GetMulti(ctx, []string{good})
+		if string(got[good].Value) != "good" {
+			t.Fatalf("read of the accepted entry = %+v", got)
+		}
+		if got[good].Checked {
+			fromMemory++
+		}
+	}
+	if viaShared := sharedHits(shared) - before; fromMemory == 0 || fromMemory+int(viaShared) != reads {
+		t.Errorf("accepted entry: %d of %d reads answered from memory marked Checked, %d from the shared cache", fromMemory, reads, viaShared)
+	}
+	if checks != 1 {
+		t.Errorf("the accepted entry was checked %d times, want once (when kept)", checks)
+	}
+
+	before = sharedHits(shared)
+	for i := range reads {
+		if got := near.GetMulti(ctx, []string{bad}); string(got[bad].Value) != "bad" || got[bad].Checked {
+			t.Fatalf("read %d of the refused entry = %+v, want it unchecked", i, got[bad])
+		}
+	}
+	if viaShared := sharedHits(shared) - before; viaShared != reads {
+		t.Errorf("refused entry: %d of %d reads reached the shared cache, want every one", viaShared, reads)
+	}
+}

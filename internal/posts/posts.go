@@ -398,10 +398,18 @@ func decodeEntry(uri string, hits map[string]cache.Entry) (Result, bool) {
 	if e.Negative {
 		return Result{Record: store.Record{URI: uri}, FromCache: true}, true
 	}
-	if !checkWire(uri, e.Value) {
+	if !e.Checked && !checkWire(uri, e.Value) {
 		return Result{}, false
 	}
 	return Result{Record: store.Record{URI: uri}, Found: true, FromCache: true, Wire: e.Value}, true
+}
+
+// CheckEntry reports whether e is an entry the read path answers uri
+// with as it is: a negative entry, or a record encoding checkWire
+// accepts. A near cache given it (nearcache.WithCheck) keeps only such
+// entries, and the read path does not check them again.
+func CheckEntry(uri string, e cache.Entry) bool {
+	return e.Negative || checkWire(uri, e.Value)
 }
 
 // encodeEntry is the cache's form of a store answer: the protobuf-encoded
