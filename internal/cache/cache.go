@@ -64,15 +64,18 @@ type Entry struct {
 // concurrent use.
 //
 // Each server has one gomemcache client and a weighted semaphore of
-// MaxConnsPerServer slots, and every call to the client holds one slot.
+// MaxConnsPerServer slots, less the refill pipeline's share
+// (refillConnsFor), and every call to the client holds one slot.
 // gomemcache reuses an idle connection before it dials and keeps up to
-// MaxIdleConns idle ones, which is set to MaxConnsPerServer. So a dial
+// MaxIdleConns idle ones, which is set to the same number. So a dial
 // happens only when no idle connection exists, at most as many
 // connections exist as calls hold slots, and a released connection always
-// fits in the idle list: in use plus idle never exceeds the cap, a burst
-// of callers waits for a slot (no longer than its context allows) instead
-// of dialing, and no connection is closed just because the idle list was
-// full, so no TIME_WAIT sockets pile up on the client.
+// fits in the idle list. The refill pipeline keeps the same rule with its
+// own semaphore and idle list, so in use plus idle never exceeds the cap
+// on the two together, a burst of callers waits for a slot (no longer
+// than its context allows) instead of dialing, and no connection is
+// closed just because the idle list was full, so no TIME_WAIT sockets
+// pile up on the client.
 //
 // Parallel work runs only through fanout.Each, under the limit the
 // request's guard policy put in its context.
@@ -106,6 +109,9 @@ type ServerStats struct {
 	// the times it opened (each also closed the idle connections).
 	BreakerState string
 	BreakerOpens int64
+	// RefillWrites counts pipelined refill exchanges: each carried up to
+	// refillItemsPerWrite adds in one round trip.
+	RefillWrites int64
 	// Suspect reports a server not trusted as a whole since it failed
 	// (WithDistrust); OwedTombstones counts the keys whose tombstones it
 	// missed and is owed (each read as a miss there); Distrusted counts
@@ -185,7 +191,9 @@ func (c *Cache) getOne(ctx context.Context, uri string) map[string]Entry {
 
 // Fill stores entries, keyed by URI, after a store read. It uses ADD, so
 // it never replaces an item already there, including a tombstone left by
-// a recent write; a refused ADD is normal. Values live for TTL, negative
+// a recent write; a refused ADD is normal. A server with a refill
+// pipeline (refills) takes its adds in one round trip per
+// refillItemsPerWrite items; otherwise each is a call of its own. Values live for TTL, negative
 // entries for NegativeTTL. Failures are counted, not returned.
 //
 // A refill is best effort, so Fill gives up after one Timeout: calls
@@ -198,15 +206,42 @@ func (c *Cache) Fill(ctx context.Context, entries map[string]Entry) {
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
-	items := make([]*memcache.Item, 0, len(entries))
+	var oneByOne []*memcache.Item
+	pipelined := map[*server][]*memcache.Item{}
 	for uri, e := range entries {
 		it := c.encode(uri, e)
-		if !c.owner(it.Key).trusts(it.Key) {
-			continue
+		srv := c.owner(it.Key)
+		switch {
+		case !srv.trusts(it.Key):
+		case srv.refills != nil:
+			pipelined[srv] = append(pipelined[srv], it)
+		default:
+			oneByOne = append(oneByOne, it)
 		}
-		items = append(items, it)
 	}
-	c.each(ctx, items, (*memcache.Client).Add)
+	c.each(ctx, oneByOne, (*memcache.Client).Add)
+	c.addPipelined(ctx, pipelined)
+}
+
+// addPipelined adds each server's items in pipelined writes of up to
+// refillItemsPerWrite items, under the request's fan-out limit.
+func (c *Cache) addPipelined(ctx context.Context, byServer map[*server][]*memcache.Item) {
+	type write struct {
+		srv   *server
+		items []*memcache.Item
+	}
+	var writes []write
+	for srv, items := range byServer {
+		for len(items) > 0 {
+			n := min(len(items), refillItemsPerWrite)
+			writes = append(writes, write{srv: srv, items: items[:n]})
+			items = items[n:]
+		}
+	}
+	_ = fanout.Each(ctx, len(writes), func(ctx context.Context, i int) error {
+		_ = writes[i].srv.addPipelined(ctx, writes[i].items)
+		return nil
+	})
 }
 
 // Invalidate SETs a tombstone for each URI after a write or delete. For

@@ -26,13 +26,15 @@ var errCallerGone = errors.New("cache: caller gave up waiting for a connection")
 // open).
 var errOpenedWhileWaiting = errors.New("cache: breaker opened while the call waited for a connection")
 
-// server is one memcached server: its client, the semaphore that caps its
-// connections, its breaker and its counters.
+// server is one memcached server: its client, the semaphore that caps the
+// client's connections, the refill pipeline with its own share of the
+// cap, its breaker and its counters.
 type server struct {
 	addr    string
 	client  *memcache.Client
 	sem     *semaphore.Weighted
 	size    int64
+	refills *refills // nil when the cap is too small to share (refillConnsFor)
 	breaker *gobreaker.CircuitBreaker[struct{}]
 	closed  atomic.Bool
 	dialer  net.Dialer
@@ -41,22 +43,27 @@ type server struct {
 	dials, closes, inUse          atomic.Int64
 	hits, misses, errors, skipped atomic.Int64
 	waits, waitExpired, gathered  atomic.Int64
-	breakerOpens                  atomic.Int64
+	breakerOpens, refillWrites    atomic.Int64
 	distrusted                    atomic.Int64
 	distrust                      *distrust // nil without WithDistrust
 	singles                       *gather
 }
 
 func newServer(addr string, cfg Config, log *slog.Logger) *server {
+	refillConns := refillConnsFor(cfg.MaxConnsPerServer)
+	clientConns := cfg.MaxConnsPerServer - refillConns
 	s := &server{
 		log:    log.With("server", addr),
 		addr:   addr,
-		sem:    semaphore.NewWeighted(int64(cfg.MaxConnsPerServer)),
-		size:   int64(cfg.MaxConnsPerServer),
+		sem:    semaphore.NewWeighted(int64(clientConns)),
+		size:   int64(clientConns),
 		dialer: net.Dialer{Timeout: cfg.Timeout},
 	}
+	if refillConns > 0 {
+		s.refills = newRefills(addr, refillConns, cfg.Timeout, s.dial)
+	}
 	s.client = memcache.New(addr)
-	s.client.MaxIdleConns = cfg.MaxConnsPerServer
+	s.client.MaxIdleConns = clientConns
 	s.client.Timeout = cfg.Timeout
 	s.client.DialContext = s.dial
 	s.breaker = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
@@ -82,14 +89,36 @@ func (s *server) do(ctx context.Context, op func(*memcache.Client) error) error 
 		return fmt.Errorf("%w: %s: cache closed", ErrUnavailable, s.addr)
 	}
 	_, err := s.breaker.Execute(func() (struct{}, error) {
-		if err := s.acquire(ctx); err != nil {
+		if err := s.acquire(ctx, s.sem); err != nil {
 			return struct{}{}, err
 		}
-		defer s.release()
+		defer s.release(s.sem)
 		if s.breaker.State() == gobreaker.StateOpen {
 			return struct{}{}, errOpenedWhileWaiting
 		}
 		return struct{}{}, op(s.client)
+	})
+	return s.count(err)
+}
+
+// addPipelined adds items in one pipelined exchange on one of the
+// server's refill connections, under the breaker and the refill
+// semaphore, as do runs a client call. s.refills must not be nil.
+func (s *server) addPipelined(ctx context.Context, items []*memcache.Item) error {
+	if s.closed.Load() {
+		s.skipped.Add(1)
+		return fmt.Errorf("%w: %s: cache closed", ErrUnavailable, s.addr)
+	}
+	_, err := s.breaker.Execute(func() (struct{}, error) {
+		if err := s.acquire(ctx, s.refills.sem); err != nil {
+			return struct{}{}, err
+		}
+		defer s.release(s.refills.sem)
+		if s.breaker.State() == gobreaker.StateOpen {
+			return struct{}{}, errOpenedWhileWaiting
+		}
+		s.refillWrites.Add(1)
+		return struct{}{}, s.refills.add(ctx, items)
 	})
 	return s.count(err)
 }
@@ -113,14 +142,15 @@ func (s *server) count(err error) error {
 	return err
 }
 
-// acquire takes one connection slot, waiting no longer than ctx allows.
-func (s *server) acquire(ctx context.Context) error {
+// acquire takes one connection slot of sem, waiting no longer than ctx
+// allows.
+func (s *server) acquire(ctx context.Context, sem *semaphore.Weighted) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%w: %w", errCallerGone, err)
 	}
-	if !s.sem.TryAcquire(1) {
+	if !sem.TryAcquire(1) {
 		s.waits.Add(1)
-		if err := s.sem.Acquire(ctx, 1); err != nil {
+		if err := sem.Acquire(ctx, 1); err != nil {
 			return fmt.Errorf("%w: %w", errCallerGone, err)
 		}
 	}
@@ -128,9 +158,9 @@ func (s *server) acquire(ctx context.Context) error {
 	return nil
 }
 
-func (s *server) release() {
+func (s *server) release(sem *semaphore.Weighted) {
 	s.inUse.Add(-1)
-	s.sem.Release(1)
+	sem.Release(1)
 }
 
 // close stops new calls, waits for the running ones to return their
@@ -139,7 +169,11 @@ func (s *server) release() {
 func (s *server) close() error {
 	s.closed.Store(true)
 	_ = s.sem.Acquire(context.Background(), s.size)
-	return s.client.Close()
+	if s.refills == nil {
+		return s.client.Close()
+	}
+	_ = s.refills.sem.Acquire(context.Background(), s.refills.size)
+	return errors.Join(s.client.Close(), s.refills.closeIdle())
 }
 
 // onStateChange drops idle connections when the breaker opens: after a
@@ -150,6 +184,9 @@ func (s *server) onStateChange(_ string, from, to gobreaker.State) {
 	if to == gobreaker.StateOpen {
 		s.breakerOpens.Add(1)
 		_ = s.client.Close()
+		if s.refills != nil {
+			_ = s.refills.closeIdle()
+		}
 	}
 }
 
@@ -178,6 +215,7 @@ func (s *server) stats() ServerStats {
 		Gathered:       s.gathered.Load(),
 		BreakerState:   s.breaker.State().String(),
 		BreakerOpens:   s.breakerOpens.Load(),
+		RefillWrites:   s.refillWrites.Load(),
 		Suspect:        s.suspected(),
 		OwedTombstones: int64(s.owedLen()),
 		Distrusted:     s.distrusted.Load(),

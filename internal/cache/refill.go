@@ -1,0 +1,202 @@
+package cache
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/bradfitz/gomemcache/memcache"
+	"golang.org/x/sync/semaphore"
+)
+
+// refills sends one server's refills as pipelined writes: each item as a
+// meta-protocol add in quiet mode (ms KEY LEN F<flags> T<ttl> ME q), then
+// a no-op (mn) whose MN closes the answer. memcached answers only what it
+// did not store, so a refill of n keys costs one round trip and a pair of
+// system calls on each side instead of n.
+//
+// It holds its own connections, a share of the server's cap taken away
+// from the gomemcache client's (refillConnsFor), each used by one refill
+// at a time under its own semaphore and kept idle afterwards: the
+// server's connections, in use plus idle, stay under MaxConnsPerServer.
+type refills struct {
+	sem     *semaphore.Weighted
+	size    int64
+	timeout time.Duration
+	dial    func(ctx context.Context, network, addr string) (net.Conn, error)
+	addr    string
+
+	mu   sync.Mutex
+	idle []*refillConn
+}
+
+type refillConn struct {
+	nc net.Conn
+	rw *bufio.ReadWriter
+}
+
+// refillConnsFor is how many of a server's cap connections carry refills:
+// a sixteenth, none below 16 (refills then go one key per call through
+// the gomemcache client, as other writes do).
+func refillConnsFor(maxConns int) int { return maxConns / 16 }
+
+// refillItemsPerWrite is the most items one pipelined write carries; a
+// larger refill is split, and its parts run side by side under the
+// request's fan-out limit.
+const refillItemsPerWrite = 500
+
+// refillWriteBuffer is the write buffer of a refill connection: a
+// pipeline of 50 records of about 500 bytes goes out in one system call.
+const refillWriteBuffer = 64 << 10
+
+func newRefills(addr string, conns int, timeout time.Duration, dial func(context.Context, string, string) (net.Conn, error)) *refills {
+	return &refills{sem: semaphore.NewWeighted(int64(conns)), size: int64(conns), timeout: timeout, dial: dial, addr: addr}
+}
+
+// errRefillProtocol marks an answer the pipeline could not read as the
+// meta protocol: the connection is closed, not reused.
+var errRefillProtocol = errors.New("cache: unexpected answer to a pipelined refill")
+
+// add adds items on one connection in one exchange. It returns an error
+// for a failed exchange, or for items the server refused for a reason
+// other than an existing key (memcached's SERVER_ERROR, such as an item
+// too large), naming how many.
+func (r *refills) add(ctx context.Context, items []*memcache.Item) error {
+	cn, err := r.conn(ctx)
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(r.timeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	if err := cn.nc.SetDeadline(deadline); err != nil {
+		_ = cn.nc.Close()
+		return err
+	}
+	refused, err := exchange(cn.rw, items)
+	if err != nil {
+		_ = cn.nc.Close()
+		return err
+	}
+	r.put(cn)
+	if refused != nil {
+		return refused
+	}
+	return nil
+}
+
+// conn returns an idle connection, or dials one.
+func (r *refills) conn(ctx context.Context) (*refillConn, error) {
+	r.mu.Lock()
+	if n := len(r.idle); n > 0 {
+		cn := r.idle[n-1]
+		r.idle = r.idle[:n-1]
+		r.mu.Unlock()
+		return cn, nil
+	}
+	r.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	defer cancel()
+	nc, err := r.dial(ctx, "tcp", r.addr)
+	if err != nil {
+		return nil, err
+	}
+	return &refillConn{nc: nc, rw: bufio.NewReadWriter(bufio.NewReader(nc), bufio.NewWriterSize(nc, refillWriteBuffer))}, nil
+}
+
+// put keeps cn idle. The semaphore holds at most size refills at once,
+// each with one connection, so the idle list never outgrows size.
+func (r *refills) put(cn *refillConn) {
+	r.mu.Lock()
+	r.idle = append(r.idle, cn)
+	r.mu.Unlock()
+}
+
+// closeIdle closes the idle connections.
+func (r *refills) closeIdle() error {
+	r.mu.Lock()
+	idle := r.idle
+	r.idle = nil
+	r.mu.Unlock()
+	var errs []error
+	for _, cn := range idle {
+		errs = append(errs, cn.nc.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// exchange writes items as quiet adds and a no-op, then reads the answers
+// up to the no-op's. refused reports items the server did not store for a
+// reason other than an existing key; err, an exchange that failed (the
+// connection must then be closed).
+func exchange(rw *bufio.ReadWriter, items []*memcache.Item) (refused, err error) {
+	var line []byte
+	for _, it := range items {
+		line = appendQuietAdd(line[:0], it)
+		if _, err := rw.Write(line); err != nil {
+			return nil, err
+		}
+		if _, err := rw.Write(it.Value); err != nil {
+			return nil, err
+		}
+		if _, err := rw.WriteString("\r\n"); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := rw.WriteString("mn\r\n"); err != nil {
+		return nil, err
+	}
+	if err := rw.Flush(); err != nil {
+		return nil, err
+	}
+	return readAnswers(rw.Reader, len(items))
+}
+
+// appendQuietAdd appends the command line of a quiet meta add of it.
+func appendQuietAdd(b []byte, it *memcache.Item) []byte {
+	b = append(b, "ms "...)
+	b = append(b, it.Key...)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, int64(len(it.Value)), 10)
+	b = append(b, " F"...)
+	b = strconv.AppendUint(b, uint64(it.Flags), 10)
+	b = append(b, " T"...)
+	b = strconv.AppendInt(b, int64(it.Expiration), 10)
+	return append(b, " ME q\r\n"...)
+}
+
+// readAnswers reads a quiet pipeline's answers: NS for each key that
+// exists already (a refused add, which is normal), SERVER_ERROR for an
+// item the server could not store, and MN at the end. There can be no
+// more than one answer per item.
+func readAnswers(r *bufio.Reader, items int) (refused, err error) {
+	failed, first := 0, ""
+	for range items + 1 {
+		line, err := r.ReadSlice('\n')
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case bytes.Equal(line, []byte("MN\r\n")):
+			if failed > 0 {
+				return fmt.Errorf("memcached did not store %d of %d refilled items: %s", failed, items, first), nil
+			}
+			return nil, nil
+		case bytes.Equal(line, []byte("NS\r\n")):
+		case bytes.HasPrefix(line, []byte("SERVER_ERROR ")):
+			if failed++; failed == 1 {
+				first = string(bytes.TrimSpace(line))
+			}
+		default:
+			return nil, fmt.Errorf("%w: %q", errRefillProtocol, bytes.TrimSpace(line))
+		}
+	}
+	return nil, fmt.Errorf("%w: more answers than items", errRefillProtocol)
+}

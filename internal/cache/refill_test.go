@@ -1,0 +1,110 @@
+package cache
+
+import (
+	"bytes"
+	"fmt"
+	"testing"
+
+	"github.com/sluice-dev/sluice/internal/testenv"
+)
+
+// Tests that a large refill goes out in pipelined writes of
+// refillItemsPerWrite adds, that every entry is stored as Fill stored it
+// one call at a time (values and negatives), and that the pipeline still
+// adds: a key holding a tombstone is left alone, and refused adds are not
+// errors.
+func TestPipelinedRefill(t *testing.T) {
+	c := newCache(t, []string{testenv.SharedMemcached(t)}, nil) // 64 connections: 4 carry refills
+	ctx := testContext(t, 8)
+	uris := uniqueURIs(t, 1200)
+	tombstoned := uris[:7]
+	if err := c.Invalidate(ctx, tombstoned); err != nil {
+		t.Fatalf("Invalidate: %v", err)
+	}
+	fill := map[string]Entry{}
+	for i, u := range uris {
+		if i%3 == 0 {
+			fill[u] = Entry{Negative: true}
+		} else {
+			fill[u] = Entry{Value: bytes.Repeat([]byte{byte(i)}, 300+i%200)}
+		}
+	}
+	c.Fill(ctx, fill)
+
+	s := sumStats(c)
+	if writes := c.Stats()[0].RefillWrites; writes != 3 {
+		t.Errorf("a refill of 1200 items took %d pipelined writes, want 3 (of at most %d items)", writes, refillItemsPerWrite)
+	}
+	if s.Errors != 0 || s.OpenConns > 64 {
+		t.Errorf("stats after the refill = %+v, want no errors and at most 64 connections", s)
+	}
+	got := c.GetMulti(ctx, uris)
+	for _, u := range tombstoned {
+		if e, ok := got[u]; ok {
+			t.Errorf("the refill replaced the tombstone of %s with %+v", u, e)
+		}
+	}
+	for _, u := range uris[len(tombstoned):] {
+		want := fill[u]
+		if e, ok := got[u]; !ok || e.Negative != want.Negative || !bytes.Equal(e.Value, want.Value) {
+			t.Errorf("GetMulti[%s] = %+v, %v after the refill; want %d bytes, negative %v", u, e, ok, len(want.Value), want.Negative)
+		}
+	}
+}
+
+// Tests that an item memcached refuses to store (larger than its item
+// size limit) is counted as an error, that the other items of the same
+// pipelined write are stored, and that the connection stays usable.
+func TestPipelinedRefillRefusedItem(t *testing.T) {
+	c := newCache(t, []string{testenv.SharedMemcached(t)}, nil)
+	ctx := testContext(t, 1)
+	uris := uniqueURIs(t, 4)
+	fill := map[string]Entry{}
+	for i, u := range uris[:3] {
+		fill[u] = Entry{Value: []byte(fmt.Sprintf("value %d", i))}
+	}
+	tooLarge := uris[3]
+	fill[tooLarge] = Entry{Value: make([]byte, 2<<20)} // memcached's default item limit is 1 MiB
+	c.Fill(ctx, fill)
+	if s := sumStats(c); s.Errors != 1 {
+		t.Errorf("errors after a refill with one item too large = %d, want 1", s.Errors)
+	}
+	got := c.GetMulti(ctx, uris)
+	if _, ok := got[tooLarge]; ok {
+		t.Errorf("the item over memcached's limit was stored")
+	}
+	for _, u := range uris[:3] {
+		if !bytes.Equal(got[u].Value, fill[u].Value) {
+			t.Errorf("GetMulti[%s] = %q, want %q: the refused item took its neighbours with it", u, got[u].Value, fill[u].Value)
+		}
+	}
+	dials := c.Stats()[0].Dials
+	more := uniqueURIs(t, 2)
+	c.Fill(ctx, map[string]Entry{more[0]: {Value: []byte("a")}, more[1]: {Value: []byte("b")}})
+	st := c.Stats()[0]
+	if st.Dials != dials || st.RefillWrites != 2 || st.Errors != 1 {
+		t.Errorf("after a second refill: dials %d → %d, refill writes %d, errors %d; want the same connection reused, 2 writes, still 1 error", dials, st.Dials, st.RefillWrites, st.Errors)
+	}
+	if got := c.GetMulti(ctx, more); len(got) != 2 {
+		t.Errorf("the second refill stored %d of 2 items", len(got))
+	}
+}
+
+// Tests that under 16 connections a server has no refill pipeline and
+// refills go one add per call, still stored.
+func TestSmallCapRefillsOneByOne(t *testing.T) {
+	c := newCache(t, []string{testenv.SharedMemcached(t)}, func(cfg *Config) { cfg.MaxConnsPerServer = 15 })
+	ctx := testContext(t, 4)
+	uris := uniqueURIs(t, 20)
+	fill := map[string]Entry{}
+	for _, u := range uris {
+		fill[u] = Entry{Value: []byte(u)}
+	}
+	c.Fill(ctx, fill)
+	if st := c.Stats()[0]; st.RefillWrites != 0 || st.Errors != 0 {
+		t.Errorf("stats = %+v, want no pipelined writes and no errors", st)
+	}
+	if got := c.GetMulti(ctx, uris); len(got) != len(uris) {
+		t.Errorf("stored %d of %d refills", len(got), len(uris))
+	}
+}
