@@ -48,9 +48,10 @@ type Result struct {
 	Found     bool
 	FromCache bool
 	// Wire is the record's sluice.v1.PostRecord encoding as the cache
-	// holds it, checked well-formed and naming this URI (checkWire). Only
-	// GetEncoded sets it, for records found in the cache; Record then
-	// holds only the URI. Callers must not modify it.
+	// holds it: checked well-formed and naming this URI (checkWire) for a
+	// record found in the cache, in which case Record holds only the URI;
+	// the encoding the cache was refilled with for a record read from the
+	// store. Only GetEncoded sets it. Callers must not modify it.
 	Wire []byte
 }
 
@@ -112,7 +113,7 @@ func (s *Service) Coalesced() int64 { return s.coalesced.Load() }
 // is not a record AT-URI of the collection, and with an error wrapping
 // store.ErrUnavailable if the store fails for any URI the cache lacks.
 func (s *Service) Get(ctx context.Context, uris []string) ([]Result, Counts, error) {
-	out, counts, err := s.GetEncoded(ctx, uris)
+	out, counts, err := s.get(ctx, uris, false)
 	if err != nil {
 		return nil, Counts{}, err
 	}
@@ -131,14 +132,21 @@ func (s *Service) Get(ctx context.Context, uris []string) ([]Result, Counts, err
 }
 
 // GetEncoded is Get, except that a record found in the cache is returned
-// in the encoding the cache holds (Result.Wire), not decoded: a server
+// in the encoding the cache holds (Result.Wire), not decoded, and a record
+// read from the store with the encoding it was refilled with: a server
 // can copy those bytes into its response as they are.
 func (s *Service) GetEncoded(ctx context.Context, uris []string) ([]Result, Counts, error) {
+	return s.get(ctx, uris, true)
+}
+
+// get is Get, with store reads' encodings kept (Result.Wire) when encoded
+// is set.
+func (s *Service) get(ctx context.Context, uris []string, encoded bool) ([]Result, Counts, error) {
 	if err := s.validate(uris); err != nil {
 		return nil, Counts{}, err
 	}
 	unique, at := positions(uris)
-	found, counts, err := s.read(ctx, unique)
+	found, counts, err := s.read(ctx, unique, encoded)
 	if err != nil {
 		return nil, Counts{}, err
 	}
@@ -162,8 +170,9 @@ func (s *Service) validate(uris []string) error {
 }
 
 // read answers each unique URI from the cache or the store, in a span;
-// the answers are aligned with uris.
-func (s *Service) read(ctx context.Context, uris []string) ([]Result, Counts, error) {
+// the answers are aligned with uris. With encoded, a record read from the
+// store keeps the encoding the cache is refilled with (Result.Wire).
+func (s *Service) read(ctx context.Context, uris []string, encoded bool) ([]Result, Counts, error) {
 	ctx, span := s.opts.tracer.Start(ctx, "posts.Get", trace.SpanKindInternal, func() []attribute.KeyValue {
 		return []attribute.KeyValue{attribute.String("sluice.client", identity.Client(ctx)), attribute.Int("sluice.batch.size", len(uris))}
 	})
@@ -193,8 +202,12 @@ func (s *Service) read(ctx context.Context, uris []string) ([]Result, Counts, er
 	}
 	fills := make(map[string]cache.Entry, len(loaded))
 	for k, uri := range misses {
+		e := encodeEntry(loaded[k])
+		if encoded && loaded[k].Found {
+			loaded[k].Wire = e.Value
+		}
 		results[missAt[k]] = loaded[k]
-		fills[uri] = encodeEntry(loaded[k])
+		fills[uri] = e
 	}
 	s.cache.Fill(ctx, fills)
 	return results, count(results), nil

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
 	"github.com/sluice-dev/sluice/internal/aturi"
 	"github.com/sluice-dev/sluice/internal/cache"
 	"github.com/sluice-dev/sluice/internal/guard/fanout"
@@ -19,6 +20,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/synth"
 	"github.com/sluice-dev/sluice/internal/testenv"
 	"go.uber.org/goleak"
+	"google.golang.org/protobuf/proto"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -323,5 +325,41 @@ func TestPositions(t *testing.T) {
 		if !slices.Equal(unique, tc.unique) || !slices.Equal(at, tc.at) {
 			t.Errorf("positions(%q) = %q, %v; want %q, %v", tc.in, unique, at, tc.unique, tc.at)
 		}
+	}
+}
+
+// Tests that GetEncoded answers a record read from the store with the
+// encoding the cache was refilled with, and that it is the record: the
+// same bytes a later read finds in the cache, decoding to what was stored.
+// Get answers it decoded.
+func TestGetEncodedKeepsStoreReadsEncoding(t *testing.T) {
+	svc, _, recs := newService(t, 2)
+	ctx := testCtx(t, 4)
+	missing := "at://did:plc:aaaaaaaaaaaaaaaaaaaaaaaa/app.bsky.feed.post/3kabsentxyz22"
+	uris := []string{recs[0].URI, missing}
+	cold, counts, err := svc.GetEncoded(ctx, uris)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counts.FromStore != 1 || counts.NotFound != 1 || cold[0].FromCache {
+		t.Fatalf("first read: counts %+v, want one record from the store and one not found", counts)
+	}
+	if cold[0].Wire == nil || cold[1].Wire != nil || cold[1].Found {
+		t.Fatalf("first read: wire %d bytes for the stored record, %d for the missing one (found %v); want the encoding, and none for a missing record", len(cold[0].Wire), len(cold[1].Wire), cold[1].Found)
+	}
+	var pr sluicev1.PostRecord
+	if err := proto.Unmarshal(cold[0].Wire, &pr); err != nil {
+		t.Fatalf("the store read's encoding does not decode: %v", err)
+	}
+	if got := FromProto(&pr); got.URI != recs[0].URI || got.CID != recs[0].CID || !bytes.Equal(got.JSON, recs[0].JSON) {
+		t.Errorf("the store read's encoding decodes to %+v, want the stored record %+v", got, recs[0])
+	}
+	warm, counts, err := svc.GetEncoded(ctx, uris[:1])
+	if err != nil || counts.FromCache != 1 || !bytes.Equal(warm[0].Wire, cold[0].Wire) {
+		t.Errorf("second read: counts %+v, err %v; want the cache's bytes equal to the first answer's", counts, err)
+	}
+	other, _, err := svc.Get(ctx, []string{recs[1].URI})
+	if err != nil || other[0].Wire != nil || other[0].Record.CID != recs[1].CID {
+		t.Errorf("Get of a store read: %+v, %v; want the decoded record and no wire bytes", other[0], err)
 	}
 }
