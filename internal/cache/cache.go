@@ -173,20 +173,29 @@ func (c *Cache) GetMulti(ctx context.Context, uris []string) map[string]Entry {
 	return out
 }
 
-// getOne is GetMulti of a single URI: one get on the key's server,
-// gathered with other single-key reads when the server is busy (gather).
+// getOne is GetMulti of a single URI.
 func (c *Cache) getOne(ctx context.Context, uri string) map[string]Entry {
-	if ctx.Err() != nil {
-		return map[string]Entry{} // as GetMulti: no call once the caller has gone
-	}
-	key := Key(uri)
 	out := make(map[string]Entry, 1)
-	if it := c.owner(key).singles.get(ctx, key); it != nil {
-		if e, ok := decode(it); ok {
-			out[uri] = e
-		}
+	if e, ok := c.Get(ctx, uri); ok {
+		out[uri] = e
 	}
 	return out
+}
+
+// Get is GetMulti of a single URI, answered without a map: the entry
+// cached for uri, and false for a miss (as GetMulti leaves a key out). It
+// is one get on the key's server, gathered with other single-key reads
+// when the server is busy (gather).
+func (c *Cache) Get(ctx context.Context, uri string) (Entry, bool) {
+	if ctx.Err() != nil {
+		return Entry{}, false // as GetMulti: no call once the caller has gone
+	}
+	key := Key(uri)
+	it := c.owner(key).singles.get(ctx, key)
+	if it == nil {
+		return Entry{}, false
+	}
+	return decode(it)
 }
 
 // Fill stores entries, keyed by URI, after a store read. It uses ADD, so

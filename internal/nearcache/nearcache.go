@@ -79,6 +79,7 @@ const entryOverhead = 128
 // is one.
 type Shared interface {
 	GetMulti(ctx context.Context, uris []string) map[string]cache.Entry
+	Get(ctx context.Context, uri string) (cache.Entry, bool)
 	Fill(ctx context.Context, entries map[string]cache.Entry)
 	Invalidate(ctx context.Context, uris []string) error
 }
@@ -200,18 +201,19 @@ func (c *Cache) GetMulti(ctx context.Context, uris []string) map[string]cache.En
 	now := time.Now()
 	unheld := 0
 	for _, uri := range uris {
-		hash := c.hash(uri)
-		if c.held[hash%heldSlots].Load() == 0 {
-			unheld++
-		} else if h, ok := c.mem.GetIfPresent(uri); ok && now.Sub(h.readAt) < c.ttl {
+		e, ok, m := c.lookup(uri, now)
+		if ok {
 			if out == nil {
 				out = make(map[string]cache.Entry, len(uris))
 			}
-			out[uri] = h.entry
+			out[uri] = e
 			continue
 		}
+		if m.unheld {
+			unheld++
+		}
 		misses = append(misses, uri)
-		missed = append(missed, miss{hash: hash, before: c.gen(hash).Load()})
+		missed = append(missed, m)
 	}
 	if unheld > 0 {
 		c.counts.RecordMisses(unheld) // the lookups skipped are misses too
@@ -221,12 +223,8 @@ func (c *Cache) GetMulti(ctx context.Context, uris []string) map[string]cache.En
 	}
 	got := c.shared.GetMulti(ctx, misses)
 	for i, uri := range misses {
-		e, ok := got[uri]
-		if !ok {
-			continue
-		}
-		if c.admit(missed[i].hash) && c.accepts(uri, &e) {
-			c.keep(uri, held{entry: e, readAt: now}, missed[i])
+		if e, ok := got[uri]; ok {
+			c.consider(uri, e, now, missed[i])
 		}
 	}
 	if len(out) == 0 {
@@ -236,6 +234,51 @@ func (c *Cache) GetMulti(ctx context.Context, uris []string) map[string]cache.En
 		out[uri] = e
 	}
 	return out
+}
+
+// Get is GetMulti of one URI, answered without maps: the entry and true,
+// or false for a miss. An entry it keeps is answered as kept (Checked
+// when the cache's check accepted it).
+func (c *Cache) Get(ctx context.Context, uri string) (cache.Entry, bool) {
+	if c.mem == nil {
+		return c.shared.Get(ctx, uri)
+	}
+	now := time.Now()
+	e, ok, m := c.lookup(uri, now)
+	if ok {
+		return e, true
+	}
+	if m.unheld {
+		c.counts.RecordMisses(1) // the lookup skipped is a miss too
+	}
+	if e, ok = c.shared.Get(ctx, uri); !ok {
+		return e, false
+	}
+	return c.consider(uri, e, now, m), true
+}
+
+// lookup answers uri from memory if it holds an entry read less than the
+// TTL before now; otherwise it returns what the shared-cache read that
+// follows needs (miss).
+func (c *Cache) lookup(uri string, now time.Time) (cache.Entry, bool, miss) {
+	hash := c.hash(uri)
+	if c.held[hash%heldSlots].Load() == 0 {
+		return cache.Entry{}, false, miss{hash: hash, before: c.gen(hash).Load(), unheld: true}
+	}
+	if h, ok := c.mem.GetIfPresent(uri); ok && now.Sub(h.readAt) < c.ttl {
+		return h.entry, true, miss{}
+	}
+	return cache.Entry{}, false, miss{hash: hash, before: c.gen(hash).Load()}
+}
+
+// consider keeps e, the shared cache's answer for uri to a read that
+// began at now, if the doorkeeper admits it and the check accepts it, and
+// returns it as kept.
+func (c *Cache) consider(uri string, e cache.Entry, now time.Time, m miss) cache.Entry {
+	if c.admit(m.hash) && c.accepts(uri, &e) {
+		c.keep(uri, held{entry: e, readAt: now}, m)
+	}
+	return e
 }
 
 // accepts reports whether e may be kept for uri, and marks it Checked
@@ -251,10 +294,12 @@ func (c *Cache) accepts(uri string, e *cache.Entry) bool {
 	return true
 }
 
-// miss is a key the shared cache is asked for: its hash, and its write
-// counter when the read began.
+// miss is a key the shared cache is asked for: its hash, its write
+// counter when the read began, and whether its lookup was skipped (no
+// entry held in its hash slot).
 type miss struct {
 	hash, before uint64
+	unheld       bool
 }
 
 // keep stores e unless an invalidation of uri began after the read that

@@ -62,31 +62,46 @@ func sharedHits(c *cache.Cache) int64 {
 	return n
 }
 
+// readers are the two ways to read one URI: in a batch (GetMulti) and
+// alone (Get). The rules hold for both.
+var readers = []struct {
+	name string
+	read func(c *Cache, ctx context.Context, uri string) (cache.Entry, bool)
+}{
+	{"GetMulti", func(c *Cache, ctx context.Context, uri string) (cache.Entry, bool) {
+		e, ok := c.GetMulti(ctx, []string{uri})[uri]
+		return e, ok
+	}},
+	{"Get", (*Cache).Get},
+}
+
 // Tests that with TTL 0 every read reaches memcached, and (the control)
 // that with a TTL most repeated reads do not.
 func TestTTLZeroEveryReadReachesMemcached(t *testing.T) {
 	ctx := testContext(t)
-	for _, tc := range []struct {
-		ttl     time.Duration
-		wantAll bool
-	}{{0, true}, {MaxTTL, false}} {
-		shared := sharedCache(t)
-		uri := uniqueURIs(t, 1)
-		shared.Fill(ctx, map[string]cache.Entry{uri[0]: {Value: []byte("v1")}})
-		near := newNear(t, Config{TTL: tc.ttl, MaxBytes: 1 << 20}, shared)
-		const reads = 20
-		before := sharedHits(shared)
-		for i := range reads {
-			if got := near.GetMulti(ctx, uri); string(got[uri[0]].Value) != "v1" {
-				t.Fatalf("ttl %v: read %d = %+v, want v1", tc.ttl, i, got)
+	for _, rd := range readers {
+		for _, tc := range []struct {
+			ttl     time.Duration
+			wantAll bool
+		}{{0, true}, {MaxTTL, false}} {
+			shared := sharedCache(t)
+			uri := uniqueURIs(t, 1)
+			shared.Fill(ctx, map[string]cache.Entry{uri[0]: {Value: []byte("v1")}})
+			near := newNear(t, Config{TTL: tc.ttl, MaxBytes: 1 << 20}, shared)
+			const reads = 20
+			before := sharedHits(shared)
+			for i := range reads {
+				if got, _ := rd.read(near, ctx, uri[0]); string(got.Value) != "v1" {
+					t.Fatalf("%s, ttl %v: read %d = %+v, want v1", rd.name, tc.ttl, i, got)
+				}
 			}
-		}
-		hits := sharedHits(shared) - before
-		switch {
-		case tc.wantAll && hits != reads:
-			t.Errorf("ttl 0: %d reads reached memcached %d times, want every one", reads, hits)
-		case !tc.wantAll && hits >= reads:
-			t.Errorf("ttl %v: %d reads reached memcached %d times; the near cache answered none", tc.ttl, reads, hits)
+			hits := sharedHits(shared) - before
+			switch {
+			case tc.wantAll && hits != reads:
+				t.Errorf("%s, ttl 0: %d reads reached memcached %d times, want every one", rd.name, reads, hits)
+			case !tc.wantAll && hits >= reads:
+				t.Errorf("%s, ttl %v: %d reads reached memcached %d times; the near cache answered none", rd.name, tc.ttl, reads, hits)
+			}
 		}
 	}
 }
@@ -142,38 +157,56 @@ type gatedShared struct {
 
 func (g *gatedShared) GetMulti(ctx context.Context, uris []string) map[string]cache.Entry {
 	got := g.Cache.GetMulti(ctx, uris)
+	g.hold()
+	return got
+}
+
+func (g *gatedShared) Get(ctx context.Context, uri string) (cache.Entry, bool) {
+	e, ok := g.Cache.Get(ctx, uri)
+	g.hold()
+	return e, ok
+}
+
+// hold holds the first read that calls it until released.
+func (g *gatedShared) hold() {
 	if g.answered != nil {
 		close(g.answered)
 		g.answered = nil
 		<-g.release
 	}
-	return got
 }
 
 // Tests that a read which fetched the old value from memcached before an
 // Invalidate does not keep it in memory after the Invalidate returned.
 func TestReadInFlightDuringInvalidateDoesNotKeepTheOldValue(t *testing.T) {
-	ctx := testContext(t)
-	shared := &gatedShared{Cache: sharedCache(t), answered: make(chan struct{}), release: make(chan struct{})}
-	near := newNear(t, Config{TTL: MaxTTL, MaxBytes: 1 << 20}, shared)
-	uri := uniqueURIs(t, 1)
-	shared.Fill(ctx, map[string]cache.Entry{uri[0]: {Value: []byte("old")}})
+	for _, rd := range readers {
+		t.Run(rd.name, func(t *testing.T) {
+			ctx := testContext(t)
+			shared := &gatedShared{Cache: sharedCache(t), answered: make(chan struct{}), release: make(chan struct{})}
+			near := newNear(t, Config{TTL: MaxTTL, MaxBytes: 1 << 20}, shared)
+			uri := uniqueURIs(t, 1)
+			shared.Fill(ctx, map[string]cache.Entry{uri[0]: {Value: []byte("old")}})
 
-	near.admit(near.hash(uri[0])) // answered once before: the slow read would keep its answer
-	answered := shared.answered
-	done := make(chan map[string]cache.Entry)
-	go func() { done <- near.GetMulti(ctx, uri) }()
-	<-answered // the read holds "old"
-	if err := near.Invalidate(ctx, uri); err != nil {
-		t.Fatal(err)
-	}
-	close(shared.release)
-	if got := <-done; string(got[uri[0]].Value) != "old" {
-		t.Fatalf("the slow read returned %+v, want the old value it fetched", got)
-	}
-	shared.Fill(ctx, map[string]cache.Entry{uri[0]: {Value: []byte("new")}}) // blocked by the tombstone
-	if got, ok := near.GetMulti(ctx, uri)[uri[0]]; ok {
-		t.Fatalf("read after Invalidate returned %q; the old value was kept in memory", got.Value)
+			near.admit(near.hash(uri[0])) // answered once before: the slow read would keep its answer
+			answered := shared.answered
+			done := make(chan cache.Entry)
+			go func() {
+				e, _ := rd.read(near, ctx, uri[0])
+				done <- e
+			}()
+			<-answered // the read holds "old"
+			if err := near.Invalidate(ctx, uri); err != nil {
+				t.Fatal(err)
+			}
+			close(shared.release)
+			if got := <-done; string(got.Value) != "old" {
+				t.Fatalf("the slow read returned %+v, want the old value it fetched", got)
+			}
+			shared.Fill(ctx, map[string]cache.Entry{uri[0]: {Value: []byte("new")}}) // blocked by the tombstone
+			if got, ok := rd.read(near, ctx, uri[0]); ok {
+				t.Fatalf("read after Invalidate returned %q; the old value was kept in memory", got.Value)
+			}
+		})
 	}
 }
 
@@ -182,30 +215,37 @@ func TestReadInFlightDuringInvalidateDoesNotKeepTheOldValue(t *testing.T) {
 // returned: a read slower than the TTL keeps nothing servable, so Horizon
 // bounds every replica's staleness however slow its reads are.
 func TestEntryLifetimeStartsWhenTheReadBegins(t *testing.T) {
-	ctx := testContext(t)
-	const ttl = 50 * time.Millisecond
-	shared := &gatedShared{Cache: sharedCache(t), answered: make(chan struct{}), release: make(chan struct{})}
-	near := newNear(t, Config{TTL: ttl, MaxBytes: 1 << 20}, shared)
-	if near.Horizon() != ttl {
-		t.Fatalf("Horizon = %v, want the TTL %v", near.Horizon(), ttl)
-	}
-	uri := uniqueURIs(t, 1)
-	shared.Fill(ctx, map[string]cache.Entry{uri[0]: {Value: []byte("v")}})
+	for _, rd := range readers {
+		t.Run(rd.name, func(t *testing.T) {
+			ctx := testContext(t)
+			const ttl = 50 * time.Millisecond
+			shared := &gatedShared{Cache: sharedCache(t), answered: make(chan struct{}), release: make(chan struct{})}
+			near := newNear(t, Config{TTL: ttl, MaxBytes: 1 << 20}, shared)
+			if near.Horizon() != ttl {
+				t.Fatalf("Horizon = %v, want the TTL %v", near.Horizon(), ttl)
+			}
+			uri := uniqueURIs(t, 1)
+			shared.Fill(ctx, map[string]cache.Entry{uri[0]: {Value: []byte("v")}})
 
-	near.admit(near.hash(uri[0])) // answered once before: the slow read would keep its answer
-	answered := shared.answered
-	done := make(chan map[string]cache.Entry)
-	go func() { done <- near.GetMulti(ctx, uri) }()
-	<-answered
-	time.Sleep(2 * ttl) // the read is slower than the TTL
-	close(shared.release)
-	if got := <-done; string(got[uri[0]].Value) != "v" {
-		t.Fatalf("the slow read returned %+v, want the value", got)
-	}
-	before := sharedHits(shared.Cache)
-	near.GetMulti(ctx, uri)
-	if sharedHits(shared.Cache) == before {
-		t.Fatal("the next read was answered from memory, though the read that fetched the entry began over a TTL ago")
+			near.admit(near.hash(uri[0])) // answered once before: the slow read would keep its answer
+			answered := shared.answered
+			done := make(chan cache.Entry)
+			go func() {
+				e, _ := rd.read(near, ctx, uri[0])
+				done <- e
+			}()
+			<-answered
+			time.Sleep(2 * ttl) // the read is slower than the TTL
+			close(shared.release)
+			if got := <-done; string(got.Value) != "v" {
+				t.Fatalf("the slow read returned %+v, want the value", got)
+			}
+			before := sharedHits(shared.Cache)
+			rd.read(near, ctx, uri[0])
+			if sharedHits(shared.Cache) == before {
+				t.Fatal("the next read was answered from memory, though the read that fetched the entry began over a TTL ago")
+			}
+		})
 	}
 }
 
@@ -366,6 +406,9 @@ func TestCheckedEntriesOnly(t *testing.T) {
 	}
 	if checks != 1 {
 		t.Errorf("the accepted entry was checked %d times, want once (when kept)", checks)
+	}
+	if e, ok := near.Get(ctx, good); !ok || !e.Checked || string(e.Value) != "good" || checks != 1 {
+		t.Errorf("Get of the kept entry = %+v, %v after %d checks; want it from memory, marked Checked, not checked again", e, ok, checks)
 	}
 
 	before = sharedHits(shared)

@@ -38,6 +38,7 @@ import (
 // Cache is what the read path needs of a cache; *cache.Cache has it.
 type Cache interface {
 	GetMulti(ctx context.Context, uris []string) map[string]cache.Entry
+	Get(ctx context.Context, uri string) (cache.Entry, bool) // GetMulti of one URI
 	Fill(ctx context.Context, entries map[string]cache.Entry)
 	Invalidate(ctx context.Context, uris []string) error
 }
@@ -180,14 +181,16 @@ func (s *Service) read(ctx context.Context, uris []string, encoded bool) ([]Resu
 	results := make([]Result, len(uris))
 	var misses []string
 	var missAt []int // misses[k] is uris[missAt[k]]
-	hits := s.cache.GetMulti(ctx, uris)
+	cached := s.cached(ctx, uris)
 	if span.IsRecording() {
-		span.SetAttributes(attribute.Int("sluice.cache.hits", len(hits)))
+		span.SetAttributes(attribute.Int("sluice.cache.hits", cached.hits()))
 	}
 	for i, uri := range uris {
-		if r, ok := decodeEntry(uri, hits); ok {
-			results[i] = r
-			continue
+		if e, ok := cached.entry(uri); ok {
+			if r, ok := decodeEntry(uri, e); ok {
+				results[i] = r
+				continue
+			}
 		}
 		misses = append(misses, uri)
 		missAt = append(missAt, i)
@@ -401,13 +404,42 @@ func count(results []Result) Counts {
 	return c
 }
 
+// cacheAnswer is the cache's answer to a read: a map for a batch, or the
+// one entry of a single URI, read without a map (Cache.Get).
+type cacheAnswer struct {
+	batch  map[string]cache.Entry
+	one    cache.Entry
+	oneHit bool
+}
+
+// cached asks the cache for uris.
+func (s *Service) cached(ctx context.Context, uris []string) cacheAnswer {
+	if len(uris) == 1 {
+		e, ok := s.cache.Get(ctx, uris[0])
+		return cacheAnswer{one: e, oneHit: ok}
+	}
+	return cacheAnswer{batch: s.cache.GetMulti(ctx, uris)}
+}
+
+// entry is the cache's entry for uri, one of the URIs asked.
+func (a cacheAnswer) entry(uri string) (cache.Entry, bool) {
+	if a.batch == nil {
+		return a.one, a.oneHit
+	}
+	e, ok := a.batch[uri]
+	return e, ok
+}
+
+func (a cacheAnswer) hits() int {
+	if a.batch == nil && a.oneHit {
+		return 1
+	}
+	return len(a.batch)
+}
+
 // decodeEntry turns a cache hit into a Result carrying the cached
 // encoding; a value checkWire refuses is treated as a miss.
-func decodeEntry(uri string, hits map[string]cache.Entry) (Result, bool) {
-	e, ok := hits[uri]
-	if !ok {
-		return Result{}, false
-	}
+func decodeEntry(uri string, e cache.Entry) (Result, bool) {
 	if e.Negative {
 		return Result{Record: store.Record{URI: uri}, FromCache: true}, true
 	}
