@@ -114,10 +114,11 @@ func (s *Service) Coalesced() int64 { return s.coalesced.Load() }
 // is not a record AT-URI of the collection, and with an error wrapping
 // store.ErrUnavailable if the store fails for any URI the cache lacks.
 func (s *Service) Get(ctx context.Context, uris []string) ([]Result, Counts, error) {
-	out, counts, err := s.get(ctx, uris, false)
+	answers, counts, err := s.get(ctx, uris, false)
 	if err != nil {
 		return nil, Counts{}, err
 	}
+	out := answers.inOrder()
 	for i := range out {
 		if out[i].Wire == nil {
 			continue
@@ -135,30 +136,59 @@ func (s *Service) Get(ctx context.Context, uris []string) ([]Result, Counts, err
 // GetEncoded is Get, except that a record found in the cache is returned
 // in the encoding the cache holds (Result.Wire), not decoded, and a record
 // read from the store with the encoding it was refilled with: a server
-// can copy those bytes into its response as they are.
-func (s *Service) GetEncoded(ctx context.Context, uris []string) ([]Result, Counts, error) {
+// can copy those bytes into its response as they are. A URI asked more
+// than once has one Result, shared by its positions (Answers.At).
+func (s *Service) GetEncoded(ctx context.Context, uris []string) (Answers, Counts, error) {
 	return s.get(ctx, uris, true)
 }
 
 // get is Get, with store reads' encodings kept (Result.Wire) when encoded
 // is set.
-func (s *Service) get(ctx context.Context, uris []string, encoded bool) ([]Result, Counts, error) {
+func (s *Service) get(ctx context.Context, uris []string, encoded bool) (Answers, Counts, error) {
 	if err := s.validate(uris); err != nil {
-		return nil, Counts{}, err
+		return Answers{}, Counts{}, err
 	}
 	unique, at := positions(uris)
 	found, counts, err := s.read(ctx, unique, encoded)
 	if err != nil {
-		return nil, Counts{}, err
+		return Answers{}, Counts{}, err
 	}
-	if at == nil {
-		return found, counts, nil // no URI repeats: the answers are in request order
+	return Answers{unique: found, at: at}, counts, nil
+}
+
+// Answers are a read's Results in request order: one per distinct URI,
+// shared by every position that asks for it.
+type Answers struct {
+	unique []Result
+	at     []int // request position → index in unique; nil when no URI repeats
+}
+
+// Len is the number of URIs asked.
+func (a Answers) Len() int {
+	if a.at == nil {
+		return len(a.unique)
 	}
-	out := make([]Result, len(uris))
-	for i, j := range at {
-		out[i] = found[j]
+	return len(a.at)
+}
+
+// At is the Result for the i-th URI asked. Callers must not modify it.
+func (a Answers) At(i int) *Result {
+	if a.at == nil {
+		return &a.unique[i]
 	}
-	return out, counts, nil
+	return &a.unique[a.at[i]]
+}
+
+// inOrder is one Result per URI asked, each position its own copy.
+func (a Answers) inOrder() []Result {
+	if a.at == nil {
+		return a.unique
+	}
+	out := make([]Result, len(a.at))
+	for i, j := range a.at {
+		out[i] = a.unique[j]
+	}
+	return out
 }
 
 func (s *Service) validate(uris []string) error {

@@ -341,25 +341,52 @@ func TestGetEncodedKeepsStoreReadsEncoding(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if counts.FromStore != 1 || counts.NotFound != 1 || cold[0].FromCache {
+	if counts.FromStore != 1 || counts.NotFound != 1 || cold.At(0).FromCache {
 		t.Fatalf("first read: counts %+v, want one record from the store and one not found", counts)
 	}
-	if cold[0].Wire == nil || cold[1].Wire != nil || cold[1].Found {
-		t.Fatalf("first read: wire %d bytes for the stored record, %d for the missing one (found %v); want the encoding, and none for a missing record", len(cold[0].Wire), len(cold[1].Wire), cold[1].Found)
+	if cold.At(0).Wire == nil || cold.At(1).Wire != nil || cold.At(1).Found {
+		t.Fatalf("first read: wire %d bytes for the stored record, %d for the missing one (found %v); want the encoding, and none for a missing record", len(cold.At(0).Wire), len(cold.At(1).Wire), cold.At(1).Found)
 	}
 	var pr sluicev1.PostRecord
-	if err := proto.Unmarshal(cold[0].Wire, &pr); err != nil {
+	if err := proto.Unmarshal(cold.At(0).Wire, &pr); err != nil {
 		t.Fatalf("the store read's encoding does not decode: %v", err)
 	}
 	if got := FromProto(&pr); got.URI != recs[0].URI || got.CID != recs[0].CID || !bytes.Equal(got.JSON, recs[0].JSON) {
 		t.Errorf("the store read's encoding decodes to %+v, want the stored record %+v", got, recs[0])
 	}
 	warm, counts, err := svc.GetEncoded(ctx, uris[:1])
-	if err != nil || counts.FromCache != 1 || !bytes.Equal(warm[0].Wire, cold[0].Wire) {
+	if err != nil || counts.FromCache != 1 || !bytes.Equal(warm.At(0).Wire, cold.At(0).Wire) {
 		t.Errorf("second read: counts %+v, err %v; want the cache's bytes equal to the first answer's", counts, err)
 	}
 	other, _, err := svc.Get(ctx, []string{recs[1].URI})
 	if err != nil || other[0].Wire != nil || other[0].Record.CID != recs[1].CID {
 		t.Errorf("Get of a store read: %+v, %v; want the decoded record and no wire bytes", other[0], err)
+	}
+}
+
+// Tests that GetEncoded answers a URI asked more than once at each of its
+// positions, in request order, from one read.
+func TestGetEncodedRepeatedURIs(t *testing.T) {
+	svc, _, recs := newService(t, 3)
+	ctx := testCtx(t, 4)
+	uris := []string{recs[0].URI, recs[1].URI, recs[0].URI, recs[2].URI, recs[0].URI, recs[1].URI}
+	for pass := range 2 { // from the store, then from the cache
+		answers, counts, err := svc.GetEncoded(ctx, uris)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if answers.Len() != len(uris) {
+			t.Fatalf("pass %d: %d answers for %d URIs", pass, answers.Len(), len(uris))
+		}
+		for i, uri := range uris {
+			r := answers.At(i)
+			var pr sluicev1.PostRecord
+			if err := proto.Unmarshal(r.Wire, &pr); err != nil || !r.Found || pr.GetUri() != uri {
+				t.Errorf("pass %d: answer %d = %q (found %v, err %v), want %s", pass, i, pr.GetUri(), r.Found, err, uri)
+			}
+		}
+		if got := counts.FromStore + counts.FromCache; got != 3 {
+			t.Errorf("pass %d: counts %+v, want the 3 distinct URIs read once each", pass, counts)
+		}
 	}
 }

@@ -117,24 +117,24 @@ func (s *PostRecords) GetLimits(ctx context.Context, _ *sluicev1.GetLimitsReques
 // in the cache are copied into the response in the encoding the cache
 // holds (see spliced), not decoded and encoded again.
 func (s *PostRecords) GetPostRecords(ctx context.Context, req *sluicev1.GetPostRecordsRequest) (*sluicev1.GetPostRecordsResponse, error) {
-	results, counts, err := s.posts.GetEncoded(ctx, req.GetUris())
+	answers, counts, err := s.posts.GetEncoded(ctx, req.GetUris())
 	if err != nil {
 		return nil, toStatus("GetPostRecords", err)
 	}
 	s.recorder.RecordItems(ctx, "GetPostRecords", counts)
 	resp := &sluicev1.GetPostRecordsResponse{}
-	resp.ProtoReflect().SetUnknown(spliced(ctx, results))
+	resp.ProtoReflect().SetUnknown(spliced(ctx, answers))
 	return resp, nil
 }
 
 // GetPostRecord answers one URI; a missing post has found=false.
 func (s *PostRecords) GetPostRecord(ctx context.Context, req *sluicev1.GetPostRecordRequest) (*sluicev1.PostRecord, error) {
-	results, counts, err := s.posts.GetEncoded(ctx, []string{req.GetUri()})
+	answers, counts, err := s.posts.GetEncoded(ctx, []string{req.GetUri()})
 	if err != nil {
 		return nil, toStatus("GetPostRecord", err)
 	}
 	s.recorder.RecordItems(ctx, "GetPostRecord", counts)
-	r := results[0]
+	r := answers.At(0)
 	if r.Wire == nil {
 		return posts.ToProto(r.Record, r.Found), nil
 	}
@@ -151,13 +151,15 @@ func (s *PostRecords) GetPostRecord(ctx context.Context, req *sluicev1.GetPostRe
 // are, and only records read from the store are encoded. The bytes are
 // written into the call's answer buffer (guard.AnswerBuffer), which the
 // guard takes back once the transport has written them.
-func spliced(ctx context.Context, results []posts.Result) []byte {
+func spliced(ctx context.Context, answers posts.Answers) []byte {
 	size := 0
-	for _, r := range results {
+	for i := range answers.Len() {
+		r := answers.At(i)
 		size += len(r.Wire) + len(r.Record.URI) + 8
 	}
 	buf := guard.AnswerBuffer(ctx, size)
-	for _, r := range results {
+	for i := range answers.Len() {
+		r := answers.At(i)
 		buf = protowire.AppendTag(buf, 1, protowire.BytesType)
 		if r.Wire != nil {
 			buf = protowire.AppendBytes(buf, r.Wire)
