@@ -18,6 +18,7 @@ import (
 // servers stay within their connection caps, and once the server is back
 // its keys return to it.
 func TestMemcachedFleet(t *testing.T) {
+	v := newVerdict(t)
 	ks := newKeyspace(t, "sluice_cluster_fleet", 3, 3000)
 	var mcs []*testenv.Memcached
 	var addrs []string
@@ -27,7 +28,7 @@ func TestMemcachedFleet(t *testing.T) {
 	}
 	const conns = 16
 	r := startReplicaWith(t, fleetConfig, ks, addrs, "--memcached-max-conns", "16")
-	p := &passes{t: t, r: r, uris: ks.uris}
+	p := &passes{t: t, v: v, r: r, uris: ks.uris}
 	// Warm up until a whole pass hits: on a busy machine a refill can
 	// miss its cache timeout and be dropped, to be refilled next pass.
 	for pass := 1; ; pass++ {
@@ -35,7 +36,7 @@ func TestMemcachedFleet(t *testing.T) {
 			break
 		}
 		if pass == 5 {
-			t.Fatal("five passes over the key set did not warm the cache to a 0.99 hit ratio")
+			v.Fatalf("five passes over the key set did not warm the cache to a 0.99 hit ratio")
 		}
 	}
 	l := startLoad(t, ks.uris, r.client())
@@ -44,7 +45,7 @@ func TestMemcachedFleet(t *testing.T) {
 
 	storeBefore := r.metrics(t).Sum("sluice_items_total", map[string]string{"source": "store"})
 	mcs[2].Stop()
-	waitBreaker(t, r, addrs[2], 2)
+	waitBreaker(t, v, r, addrs[2], 2)
 	time.Sleep(time.Second) // the load reads with the server out
 	p.run("first pass with one server out")
 	// Every moved key is read from the store once, by whichever caller
@@ -53,12 +54,12 @@ func TestMemcachedFleet(t *testing.T) {
 	moved := (r.metrics(t).Sum("sluice_items_total", map[string]string{"source": "store"}) - storeBefore) / float64(len(ks.uris))
 	figure(t, "memcached server out: keys refilled from the store", "%.1f%% of the key set", 100*moved)
 	if moved < 0.2 || moved > 0.47 {
-		t.Errorf("with one of three servers out, %.3f of the key set was read from the store, want about a third", moved)
+		v.Errorf("with one of three servers out, %.3f of the key set was read from the store, want about a third", moved)
 	}
 	recovered := p.run("second pass with one server out")
 	figure(t, "memcached server out: hit ratio on the second pass", "%.1f%%", 100*recovered.hitRatio())
 	if recovered.hitRatio() < 0.95 {
-		t.Errorf("hit ratio %.3f on the second pass with one server out, want at least 0.95: the moved keys did not refill on the others", recovered.hitRatio())
+		v.Errorf("hit ratio %.3f on the second pass with one server out, want at least 0.95: the moved keys did not refill on the others", recovered.hitRatio())
 	}
 	m := r.metrics(t)
 	for _, a := range addrs[:2] {
@@ -66,7 +67,7 @@ func TestMemcachedFleet(t *testing.T) {
 		dials := m.Sum("sluice_memcached_dials_total", map[string]string{"server": a}) - dialsBefore.Sum("sluice_memcached_dials_total", map[string]string{"server": a})
 		figure(t, "memcached server out: "+a, "%.0f connections open (cap %d), %.0f dials during the outage", open, conns, dials)
 		if open > conns || dials > conns {
-			t.Errorf("server %s: %.0f connections open and %.0f dials during the outage, want both within the cap of %d", a, open, dials, conns)
+			v.Errorf("server %s: %.0f connections open and %.0f dials during the outage, want both within the cap of %d", a, open, dials, conns)
 		}
 	}
 
@@ -76,14 +77,14 @@ func TestMemcachedFleet(t *testing.T) {
 	got := l.between(from, time.Now())
 	figure(t, "memcached server out: calls", "%v", got)
 	if got.reads == 0 || got.readErrs != 0 || got.writeErrs != 0 {
-		t.Errorf("calls while a memcached server was out: %v; first error: %s; want reads, 0 failed", got, got.firstErr)
+		v.Errorf("calls while a memcached server was out: %v; first error: %s; want reads, 0 failed", got, got.firstErr)
 	}
 
 	mcs[2].Start()
 	// A half-open breaker closes on a successful call: probe with a few
 	// reads (a handful of keys refill early; the pass below counts the rest).
 	probe := ks.uris[:10]
-	waitBreakerProbed(t, r, addrs[2], func() {
+	waitBreakerProbed(t, v, r, addrs[2], func() {
 		ctx, cancel := ctxAs("checker")
 		defer cancel()
 		_, _ = r.client().GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: probe})
@@ -92,13 +93,13 @@ func TestMemcachedFleet(t *testing.T) {
 	back := p.run("first pass with the server back")
 	figure(t, "memcached server back (empty): keys refilled from the store on the first pass", "%.1f%%", 100*back.storeRatio())
 	if s := back.storeRatio(); s < 0.2 || s > 0.47 {
-		t.Errorf("with the server back, %.3f of keys came from the store, want about a third (its keys returned to it, empty)", s)
+		v.Errorf("with the server back, %.3f of keys came from the store, want about a third (its keys returned to it, empty)", s)
 	}
 	p.run("second pass with the server back")
 	hits := r.metrics(t).Sum("sluice_cache_hits_total", map[string]string{"server": addrs[2]}) - hitsBefore
 	figure(t, "memcached server back: its share of the hits on the second pass", "%.1f%%", 100*hits/float64(len(ks.uris)))
 	if share := hits / float64(len(ks.uris)); share < 0.2 || share > 0.47 {
-		t.Errorf("the returned server answered %.3f of a pass's keys, want about a third", share)
+		v.Errorf("the returned server answered %.3f of a pass's keys, want about a third", share)
 	}
 
 }
@@ -107,6 +108,7 @@ func TestMemcachedFleet(t *testing.T) {
 // from (sluice_items_total by source, before and after).
 type passes struct {
 	t    *testing.T
+	v    *verdict
 	r    *replica
 	uris []string
 }
@@ -128,11 +130,11 @@ func (p *passes) run(name string) passResult {
 		resp, err := p.r.client().GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: p.uris[i:min(i+batch, len(p.uris))]})
 		cancel()
 		if err != nil {
-			p.t.Fatalf("%s: read: %v", name, err)
+			p.v.Fatalf("%s: read: %v", name, err)
 		}
 		for _, rec := range resp.GetRecords() {
 			if !rec.GetFound() {
-				p.t.Fatalf("%s: seeded post %s not found", name, rec.GetUri())
+				p.v.Fatalf("%s: seeded post %s not found", name, rec.GetUri())
 			}
 		}
 	}
@@ -143,7 +145,7 @@ func (p *passes) run(name string) passResult {
 
 // waitBreakerProbed waits until server's breaker is closed again, calling
 // probe meanwhile so a half-open breaker gets the call that closes it.
-func waitBreakerProbed(t *testing.T, r *replica, server string, probe func()) {
+func waitBreakerProbed(t *testing.T, v *verdict, r *replica, server string, probe func()) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
@@ -153,12 +155,12 @@ func waitBreakerProbed(t *testing.T, r *replica, server string, probe func()) {
 		probe()
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Fatalf("breaker of %s not closed within 30s of the server's return", server)
+	v.Fatalf("breaker of %s not closed within 30s of the server's return", server)
 }
 
 // waitBreaker waits until sluice reports server's breaker in state (0
 // closed, 2 open).
-func waitBreaker(t *testing.T, r *replica, server string, state float64) {
+func waitBreaker(t *testing.T, v *verdict, r *replica, server string, state float64) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
@@ -167,5 +169,5 @@ func waitBreaker(t *testing.T, r *replica, server string, state float64) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Fatalf("breaker of %s not in state %v within 30s", server, state)
+	v.Fatalf("breaker of %s not in state %v within 30s", server, state)
 }
