@@ -204,8 +204,13 @@ telemetry:
 `
 
 // fleetConfig keeps records cached for the default ten minutes, so a pass
-// over the key set shows which keys a memcached server held.
+// over the key set shows which keys a memcached server held. The near
+// cache is off: it would answer a record the pass before read from one
+// server for up to its TTL after the key moved to another, and a pass
+// would count that as a hit of neither.
 const fleetConfig = `
+near_cache:
+  ttl: 0s
 guard:
   methods:
     sluice.v1.PostRecords/GetPostRecords:
