@@ -50,6 +50,15 @@ func newCache(t *testing.T, servers []string, change func(*Config)) *Cache {
 
 // uniqueURIs returns n post URIs no other test uses, so tests can share
 // one memcached.
+// selfValued is a fill of uris, each with its own URI as the value.
+func selfValued(uris []string) map[string]Entry {
+	fill := make(map[string]Entry, len(uris))
+	for _, u := range uris {
+		fill[u] = Entry{Value: []byte(u)}
+	}
+	return fill
+}
+
 func uniqueURIs(t *testing.T, n int) []string {
 	uris := make([]string, n)
 	stamp := time.Now().UnixNano()
@@ -201,11 +210,7 @@ func TestTwoServers(t *testing.T) {
 	c := newCache(t, []string{a, b}, nil)
 	ctx := testContext(t, 8)
 	uris := uniqueURIs(t, 200)
-	fill := map[string]Entry{}
-	for _, u := range uris {
-		fill[u] = Entry{Value: []byte(u)}
-	}
-	c.Fill(ctx, fill)
+	c.Fill(ctx, selfValued(uris))
 	if got := c.GetMulti(ctx, uris); len(got) != len(uris) {
 		t.Fatalf("GetMulti returned %d of %d", len(got), len(uris))
 	}

@@ -96,11 +96,7 @@ func TestSmallCapRefillsOneByOne(t *testing.T) {
 	c := newCache(t, []string{testenv.SharedMemcached(t)}, func(cfg *Config) { cfg.MaxConnsPerServer = 15 })
 	ctx := testContext(t, 4)
 	uris := uniqueURIs(t, 20)
-	fill := map[string]Entry{}
-	for _, u := range uris {
-		fill[u] = Entry{Value: []byte(u)}
-	}
-	c.Fill(ctx, fill)
+	c.Fill(ctx, selfValued(uris))
 	if st := c.Stats()[0]; st.RefillWrites != 0 || st.Errors != 0 {
 		t.Errorf("stats = %+v, want no pipelined writes and no errors", st)
 	}

@@ -167,6 +167,23 @@ func (g *gatedShared) Get(ctx context.Context, uri string) (cache.Entry, bool) {
 	return e, ok
 }
 
+// startHeldRead starts a read of uri whose shared-cache answer shared
+// holds until its release is closed, as the second answer for uri (the
+// doorkeeper has seen it, so the read would keep what it fetched), and
+// returns once shared holds the answer. The read's entry arrives on the
+// channel after the release.
+func startHeldRead(ctx context.Context, near *Cache, shared *gatedShared, read func(*Cache, context.Context, string) (cache.Entry, bool), uri string) <-chan cache.Entry {
+	near.admit(near.hash(uri))
+	answered := shared.answered
+	done := make(chan cache.Entry)
+	go func() {
+		e, _ := read(near, ctx, uri)
+		done <- e
+	}()
+	<-answered
+	return done
+}
+
 // hold holds the first read that calls it until released.
 func (g *gatedShared) hold() {
 	if g.answered != nil {
@@ -187,14 +204,7 @@ func TestReadInFlightDuringInvalidateDoesNotKeepTheOldValue(t *testing.T) {
 			uri := uniqueURIs(t, 1)
 			shared.Fill(ctx, map[string]cache.Entry{uri[0]: {Value: []byte("old")}})
 
-			near.admit(near.hash(uri[0])) // answered once before: the slow read would keep its answer
-			answered := shared.answered
-			done := make(chan cache.Entry)
-			go func() {
-				e, _ := rd.read(near, ctx, uri[0])
-				done <- e
-			}()
-			<-answered // the read holds "old"
+			done := startHeldRead(ctx, near, shared, rd.read, uri[0]) // the read holds "old"
 			if err := near.Invalidate(ctx, uri); err != nil {
 				t.Fatal(err)
 			}
@@ -227,14 +237,7 @@ func TestEntryLifetimeStartsWhenTheReadBegins(t *testing.T) {
 			uri := uniqueURIs(t, 1)
 			shared.Fill(ctx, map[string]cache.Entry{uri[0]: {Value: []byte("v")}})
 
-			near.admit(near.hash(uri[0])) // answered once before: the slow read would keep its answer
-			answered := shared.answered
-			done := make(chan cache.Entry)
-			go func() {
-				e, _ := rd.read(near, ctx, uri[0])
-				done <- e
-			}()
-			<-answered
+			done := startHeldRead(ctx, near, shared, rd.read, uri[0])
 			time.Sleep(2 * ttl) // the read is slower than the TTL
 			close(shared.release)
 			if got := <-done; string(got.Value) != "v" {
