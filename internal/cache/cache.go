@@ -142,42 +142,61 @@ func New(cfg Config, opts ...Option) (*Cache, error) {
 	return c, nil
 }
 
-// GetMulti returns the entries cached for uris, keyed by URI. It returns
-// hits only: misses, tombstones, and keys on servers that erred, were
-// skipped or had no free connection before ctx ended are absent. It
-// never fails.
-func (c *Cache) GetMulti(ctx context.Context, uris []string) map[string]Entry {
+// Answer is the cache's answer for one URI of a Lookup: the entry
+// cached for it when Hit.
+type Answer struct {
+	Entry
+	Hit bool
+}
+
+// Lookup is GetMulti answered by position, without maps: it sets into[i]
+// for each uris[i] the cache holds and leaves the others as they are
+// (into must be as long as uris), and returns the number of hits.
+func (c *Cache) Lookup(ctx context.Context, uris []string, into []Answer) int {
 	if len(uris) == 1 {
-		return c.getOne(ctx, uris[0])
+		e, ok := c.Get(ctx, uris[0])
+		if !ok {
+			return 0
+		}
+		into[0] = Answer{Entry: e, Hit: true}
+		return 1
 	}
-	byKey := make(map[string]string, len(uris))
-	for _, u := range uris {
-		byKey[Key(u)] = u
+	keys := make([]string, len(uris))
+	for i, u := range uris {
+		keys[i] = Key(u)
 	}
-	chunks := c.chunks(byKey)
+	chunks := c.chunks(keys)
 	found := make([]map[string]*memcache.Item, len(chunks))
 	sent := time.Now()
 	_ = fanout.Each(ctx, len(chunks), func(ctx context.Context, i int) error {
 		found[i] = chunks[i].get(ctx, c.opts.tracer)
 		return nil
 	})
-	out := make(map[string]Entry)
+	hits := 0
 	for i, items := range found {
 		chunks[i].srv.hide(items, sent)
-		for key, it := range items {
-			if e, ok := decode(it); ok {
-				out[byKey[key]] = e
-			}
-		}
+		hits += chunks[i].answer(items, into)
 	}
-	return out
+	return hits
 }
 
-// getOne is GetMulti of a single URI.
-func (c *Cache) getOne(ctx context.Context, uri string) map[string]Entry {
-	out := make(map[string]Entry, 1)
-	if e, ok := c.Get(ctx, uri); ok {
-		out[uri] = e
+// GetMulti returns the entries cached for uris, keyed by URI. It returns
+// hits only: misses, tombstones, and keys on servers that erred, were
+// skipped or had no free connection before ctx ended are absent. It
+// never fails.
+func (c *Cache) GetMulti(ctx context.Context, uris []string) map[string]Entry {
+	into := make([]Answer, len(uris))
+	c.Lookup(ctx, uris, into)
+	return ByURI(uris, into)
+}
+
+// ByURI keys a Lookup's hits by URI.
+func ByURI(uris []string, answers []Answer) map[string]Entry {
+	out := make(map[string]Entry)
+	for i, a := range answers {
+		if a.Hit {
+			out[uris[i]] = a.Entry
+		}
 	}
 	return out
 }
@@ -410,28 +429,52 @@ func decode(it *memcache.Item) (Entry, bool) {
 	return Entry{}, false
 }
 
-// chunk is one memcached get: up to MaxKeysPerGet keys on one server.
+// chunk is one memcached get: up to MaxKeysPerGet keys on one server,
+// and where each key stands in the Lookup that asked for it.
 type chunk struct {
 	srv  *server
 	keys []string
+	at   []int // keys[j] answers position at[j]
 }
 
-// chunks groups keys by server and splits each group into gets.
-func (c *Cache) chunks(byKey map[string]string) []chunk {
-	groups := make([][]string, len(c.servers))
-	for key := range byKey {
-		i := c.ownerIndex(key)
-		groups[i] = append(groups[i], key)
+// chunks groups keys (a Lookup's, by position) by server and splits each
+// group into gets.
+func (c *Cache) chunks(keys []string) []chunk {
+	groups := make([]chunk, len(c.servers))
+	for pos, key := range keys {
+		g := &groups[c.ownerIndex(key)]
+		g.keys = append(g.keys, key)
+		g.at = append(g.at, pos)
 	}
 	var out []chunk
-	for i, keys := range groups {
-		for len(keys) > 0 {
-			n := min(len(keys), c.cfg.MaxKeysPerGet)
-			out = append(out, chunk{srv: c.servers[i], keys: keys[:n]})
-			keys = keys[n:]
+	for i, g := range groups {
+		for len(g.keys) > 0 {
+			n := min(len(g.keys), c.cfg.MaxKeysPerGet)
+			out = append(out, chunk{srv: c.servers[i], keys: g.keys[:n], at: g.at[:n]})
+			g.keys, g.at = g.keys[n:], g.at[n:]
 		}
 	}
 	return out
+}
+
+// answer sets into's positions of the chunk's keys that items holds as
+// entries (tombstones and unknown flags are misses), and returns how many.
+func (ch chunk) answer(items map[string]*memcache.Item, into []Answer) int {
+	if len(items) == 0 {
+		return 0
+	}
+	hits := 0
+	for j, key := range ch.keys {
+		it, ok := items[key]
+		if !ok {
+			continue
+		}
+		if e, ok := decode(it); ok {
+			into[ch.at[j]] = Answer{Entry: e, Hit: true}
+			hits++
+		}
+	}
+	return hits
 }
 
 // getKeys is one memcached get of keys. A single key goes through

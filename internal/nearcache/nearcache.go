@@ -78,7 +78,7 @@ const entryOverhead = 128
 // Shared is the cache in front of which a near cache sits; *cache.Cache
 // is one.
 type Shared interface {
-	GetMulti(ctx context.Context, uris []string) map[string]cache.Entry
+	Lookup(ctx context.Context, uris []string, into []cache.Answer) int
 	Get(ctx context.Context, uri string) (cache.Entry, bool)
 	Fill(ctx context.Context, entries map[string]cache.Entry)
 	Invalidate(ctx context.Context, uris []string) error
@@ -189,54 +189,51 @@ func weigh(key string, h held) uint32 {
 // the config answers the old value any more.
 func (c *Cache) Horizon() time.Duration { return c.ttl }
 
-// GetMulti answers what it holds from memory and asks the shared cache
-// for the rest, keeping those answers for the TTL.
-func (c *Cache) GetMulti(ctx context.Context, uris []string) map[string]cache.Entry {
+// Lookup answers by position (as cache.Cache.Lookup) what it holds from
+// memory, and asks the shared cache for the rest, keeping those answers
+// for the TTL. An entry it keeps is answered as kept (Checked when the
+// cache's check accepted it).
+func (c *Cache) Lookup(ctx context.Context, uris []string, into []cache.Answer) int {
 	if c.mem == nil {
-		return c.shared.GetMulti(ctx, uris)
+		return c.shared.Lookup(ctx, uris, into)
 	}
-	var out map[string]cache.Entry // made at the first answer from memory
 	var misses []string
+	var missAt []int // misses[k] is uris[missAt[k]]
 	var missed []miss
 	now := time.Now()
-	unheld := 0
-	for _, uri := range uris {
+	hits, unheld := 0, 0
+	for i, uri := range uris {
 		e, ok, m := c.lookup(uri, now)
 		if ok {
-			if out == nil {
-				out = make(map[string]cache.Entry, len(uris))
-			}
-			out[uri] = e
+			into[i] = cache.Answer{Entry: e, Hit: true}
+			hits++
 			continue
 		}
 		if m.unheld {
 			unheld++
 		}
 		misses = append(misses, uri)
+		missAt = append(missAt, i)
 		missed = append(missed, m)
 	}
 	if unheld > 0 {
 		c.counts.RecordMisses(unheld) // the lookups skipped are misses too
 	}
 	if len(misses) == 0 {
-		return out
+		return hits
 	}
-	got := c.shared.GetMulti(ctx, misses)
-	for i, uri := range misses {
-		if e, ok := got[uri]; ok {
-			c.consider(uri, e, now, missed[i])
+	got := make([]cache.Answer, len(misses))
+	c.shared.Lookup(ctx, misses, got)
+	for k, a := range got {
+		if a.Hit {
+			into[missAt[k]] = cache.Answer{Entry: c.consider(misses[k], a.Entry, now, missed[k]), Hit: true}
+			hits++
 		}
 	}
-	if len(out) == 0 {
-		return got // nothing came from memory: the shared cache's answer is the whole answer
-	}
-	for uri, e := range got {
-		out[uri] = e
-	}
-	return out
+	return hits
 }
 
-// Get is GetMulti of one URI, answered without maps: the entry and true,
+// Get is Lookup of one URI: the entry and true,
 // or false for a miss. An entry it keeps is answered as kept (Checked
 // when the cache's check accepted it).
 func (c *Cache) Get(ctx context.Context, uri string) (cache.Entry, bool) {

@@ -37,8 +37,8 @@ import (
 
 // Cache is what the read path needs of a cache; *cache.Cache has it.
 type Cache interface {
-	GetMulti(ctx context.Context, uris []string) map[string]cache.Entry
-	Get(ctx context.Context, uri string) (cache.Entry, bool) // GetMulti of one URI
+	Lookup(ctx context.Context, uris []string, into []cache.Answer) int
+	Get(ctx context.Context, uri string) (cache.Entry, bool) // Lookup of one URI
 	Fill(ctx context.Context, entries map[string]cache.Entry)
 	Invalidate(ctx context.Context, uris []string) error
 }
@@ -213,10 +213,10 @@ func (s *Service) read(ctx context.Context, uris []string, encoded bool) ([]Resu
 	var missAt []int // misses[k] is uris[missAt[k]]
 	cached := s.cached(ctx, uris)
 	if span.IsRecording() {
-		span.SetAttributes(attribute.Int("sluice.cache.hits", cached.hits()))
+		span.SetAttributes(attribute.Int("sluice.cache.hits", cached.hits))
 	}
 	for i, uri := range uris {
-		if e, ok := cached.entry(uri); ok {
+		if e, ok := cached.entry(i); ok {
 			if r, ok := decodeEntry(uri, e); ok {
 				results[i] = r
 				continue
@@ -434,37 +434,33 @@ func count(results []Result) Counts {
 	return c
 }
 
-// cacheAnswer is the cache's answer to a read: a map for a batch, or the
-// one entry of a single URI, read without a map (Cache.Get).
+// cacheAnswer is the cache's answer to a read, by position: a Lookup's
+// for a batch, or the one entry of a single URI (Cache.Get).
 type cacheAnswer struct {
-	batch  map[string]cache.Entry
-	one    cache.Entry
-	oneHit bool
+	batch []cache.Answer
+	one   cache.Answer
+	hits  int
 }
 
 // cached asks the cache for uris.
 func (s *Service) cached(ctx context.Context, uris []string) cacheAnswer {
 	if len(uris) == 1 {
 		e, ok := s.cache.Get(ctx, uris[0])
-		return cacheAnswer{one: e, oneHit: ok}
+		if !ok {
+			return cacheAnswer{}
+		}
+		return cacheAnswer{one: cache.Answer{Entry: e, Hit: true}, hits: 1}
 	}
-	return cacheAnswer{batch: s.cache.GetMulti(ctx, uris)}
+	batch := make([]cache.Answer, len(uris))
+	return cacheAnswer{batch: batch, hits: s.cache.Lookup(ctx, uris, batch)}
 }
 
-// entry is the cache's entry for uri, one of the URIs asked.
-func (a cacheAnswer) entry(uri string) (cache.Entry, bool) {
+// entry is the cache's entry for the i-th URI asked.
+func (a cacheAnswer) entry(i int) (cache.Entry, bool) {
 	if a.batch == nil {
-		return a.one, a.oneHit
+		return a.one.Entry, a.one.Hit
 	}
-	e, ok := a.batch[uri]
-	return e, ok
-}
-
-func (a cacheAnswer) hits() int {
-	if a.batch == nil && a.oneHit {
-		return 1
-	}
-	return len(a.batch)
+	return a.batch[i].Entry, a.batch[i].Hit
 }
 
 // decodeEntry turns a cache hit into a Result carrying the cached
