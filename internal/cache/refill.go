@@ -15,11 +15,16 @@ import (
 	"golang.org/x/sync/semaphore"
 )
 
-// refills sends one server's refills as pipelined writes: each item as a
-// meta-protocol add in quiet mode (ms KEY LEN F<flags> T<ttl> ME q), then
-// a no-op (mn) whose MN closes the answer. memcached answers only what it
-// did not store, so a refill of n keys costs one round trip and a pair of
-// system calls on each side instead of n.
+// refills sends one server's refills as pipelined writes: every item's
+// add (add KEY FLAGS TTL LEN) goes out in one write, and the answers,
+// one line per item, are read back together, so a refill of n keys costs
+// one round trip and a pair of system calls on each side instead of n.
+//
+// The classic add, not the meta protocol's ms in add mode: when memcached
+// cannot store a value (too large, or out of memory), ms drops whatever
+// the key held, whatever the mode, and that can be a tombstone, which a
+// later refill of an older read would then replace. A failed classic add
+// leaves the key as it was.
 //
 // It holds its own connections, a share of the server's cap taken away
 // from the gomemcache client's (refillConnsFor), each used by one refill
@@ -59,24 +64,25 @@ func newRefills(addr string, conns int, timeout time.Duration, dial func(context
 	return &refills{sem: semaphore.NewWeighted(int64(conns)), size: int64(conns), timeout: timeout, dial: dial, addr: addr}
 }
 
-// errRefillProtocol marks an answer the pipeline could not read as the
-// meta protocol: the connection is closed, not reused.
+// errRefillProtocol marks an answer the pipeline could not read as an
+// add's: the connection is closed, not reused.
 var errRefillProtocol = errors.New("cache: unexpected answer to a pipelined refill")
 
 // add adds items on one connection in one exchange. It returns an error
 // for a failed exchange, or for items the server refused for a reason
 // other than an existing key (memcached's SERVER_ERROR, such as an item
 // too large), naming how many.
+//
+// The dial and the exchange each get the whole socket timeout, whatever
+// is left of ctx (as gomemcache's calls do): the caller's wait for a
+// connection is bounded by ctx, but an exchange cut short by a caller
+// about to leave would count against a healthy server's breaker.
 func (r *refills) add(ctx context.Context, items []*memcache.Item) error {
 	cn, err := r.conn(ctx)
 	if err != nil {
 		return err
 	}
-	deadline := time.Now().Add(r.timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	if err := cn.nc.SetDeadline(deadline); err != nil {
+	if err := cn.nc.SetDeadline(time.Now().Add(r.timeout)); err != nil {
 		_ = cn.nc.Close()
 		return err
 	}
@@ -102,7 +108,7 @@ func (r *refills) conn(ctx context.Context) (*refillConn, error) {
 		return cn, nil
 	}
 	r.mu.Unlock()
-	ctx, cancel := context.WithTimeout(ctx, r.timeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.timeout)
 	defer cancel()
 	nc, err := r.dial(ctx, "tcp", r.addr)
 	if err != nil {
@@ -132,14 +138,14 @@ func (r *refills) closeIdle() error {
 	return errors.Join(errs...)
 }
 
-// exchange writes items as quiet adds and a no-op, then reads the answers
-// up to the no-op's. refused reports items the server did not store for a
-// reason other than an existing key; err, an exchange that failed (the
-// connection must then be closed).
+// exchange writes items as adds, then reads one answer per item.
+// refused reports items the server did not store for a reason other than
+// an existing key; err, an exchange that failed (the connection must then
+// be closed).
 func exchange(rw *bufio.ReadWriter, items []*memcache.Item) (refused, err error) {
 	var line []byte
 	for _, it := range items {
-		line = appendQuietAdd(line[:0], it)
+		line = appendAdd(line[:0], it)
 		if _, err := rw.Write(line); err != nil {
 			return nil, err
 		}
@@ -150,46 +156,38 @@ func exchange(rw *bufio.ReadWriter, items []*memcache.Item) (refused, err error)
 			return nil, err
 		}
 	}
-	if _, err := rw.WriteString("mn\r\n"); err != nil {
-		return nil, err
-	}
 	if err := rw.Flush(); err != nil {
 		return nil, err
 	}
 	return readAnswers(rw.Reader, len(items))
 }
 
-// appendQuietAdd appends the command line of a quiet meta add of it.
-func appendQuietAdd(b []byte, it *memcache.Item) []byte {
-	b = append(b, "ms "...)
+// appendAdd appends the command line of a classic add of it.
+func appendAdd(b []byte, it *memcache.Item) []byte {
+	b = append(b, "add "...)
 	b = append(b, it.Key...)
 	b = append(b, ' ')
-	b = strconv.AppendInt(b, int64(len(it.Value)), 10)
-	b = append(b, " F"...)
 	b = strconv.AppendUint(b, uint64(it.Flags), 10)
-	b = append(b, " T"...)
+	b = append(b, ' ')
 	b = strconv.AppendInt(b, int64(it.Expiration), 10)
-	return append(b, " ME q\r\n"...)
+	b = append(b, ' ')
+	b = strconv.AppendInt(b, int64(len(it.Value)), 10)
+	return append(b, "\r\n"...)
 }
 
-// readAnswers reads a quiet pipeline's answers: NS for each key that
-// exists already (a refused add, which is normal), SERVER_ERROR for an
-// item the server could not store, and MN at the end. There can be no
-// more than one answer per item.
+// readAnswers reads the answers to items adds: STORED, NOT_STORED for a
+// key that exists already (a refused add, which is normal), and
+// SERVER_ERROR for an item the server could not store (memcached then
+// skips its value and goes on).
 func readAnswers(r *bufio.Reader, items int) (refused, err error) {
 	failed, first := 0, ""
-	for range items + 1 {
+	for range items {
 		line, err := r.ReadSlice('\n')
 		if err != nil {
 			return nil, err
 		}
 		switch {
-		case bytes.Equal(line, []byte("MN\r\n")):
-			if failed > 0 {
-				return fmt.Errorf("memcached did not store %d of %d refilled items: %s", failed, items, first), nil
-			}
-			return nil, nil
-		case bytes.Equal(line, []byte("NS\r\n")):
+		case bytes.Equal(line, []byte("STORED\r\n")), bytes.Equal(line, []byte("NOT_STORED\r\n")):
 		case bytes.HasPrefix(line, []byte("SERVER_ERROR ")):
 			if failed++; failed == 1 {
 				first = string(bytes.TrimSpace(line))
@@ -198,5 +196,8 @@ func readAnswers(r *bufio.Reader, items int) (refused, err error) {
 			return nil, fmt.Errorf("%w: %q", errRefillProtocol, bytes.TrimSpace(line))
 		}
 	}
-	return nil, fmt.Errorf("%w: more answers than items", errRefillProtocol)
+	if failed > 0 {
+		return fmt.Errorf("memcached did not store %d of %d refilled items: %s", failed, items, first), nil
+	}
+	return nil, nil
 }

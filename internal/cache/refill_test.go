@@ -2,8 +2,10 @@ package cache
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/sluice-dev/sluice/internal/testenv"
 )
@@ -54,7 +56,11 @@ func TestPipelinedRefill(t *testing.T) {
 
 // Tests that an item memcached refuses to store (larger than its item
 // size limit) is counted as an error, that the other items of the same
-// pipelined write are stored, and that the connection stays usable.
+// pipelined write are stored, that the connection stays usable, and that
+// the refused add leaves the key's tombstone in place: a later refill of
+// the same key (an older read's) is still refused. memcached's meta set
+// drops the item under a key whose new value it cannot store, whatever
+// the mode; its classic add does not.
 func TestPipelinedRefillRefusedItem(t *testing.T) {
 	c := newCache(t, []string{testenv.SharedMemcached(t)}, nil)
 	ctx := testContext(t, 1)
@@ -64,14 +70,18 @@ func TestPipelinedRefillRefusedItem(t *testing.T) {
 		fill[u] = Entry{Value: []byte(fmt.Sprintf("value %d", i))}
 	}
 	tooLarge := uris[3]
+	if err := c.Invalidate(ctx, []string{tooLarge}); err != nil {
+		t.Fatalf("Invalidate: %v", err)
+	}
 	fill[tooLarge] = Entry{Value: make([]byte, 2<<20)} // memcached's default item limit is 1 MiB
 	c.Fill(ctx, fill)
 	if s := sumStats(c); s.Errors != 1 {
 		t.Errorf("errors after a refill with one item too large = %d, want 1", s.Errors)
 	}
+	c.Fill(ctx, map[string]Entry{tooLarge: {Value: []byte("stale")}, uris[0]: fill[uris[0]]})
 	got := c.GetMulti(ctx, uris)
-	if _, ok := got[tooLarge]; ok {
-		t.Errorf("the item over memcached's limit was stored")
+	if e, ok := got[tooLarge]; ok {
+		t.Errorf("GetMulti[%s] = %q after a refused refill and a later one; want the tombstone still in place", tooLarge, e.Value)
 	}
 	for _, u := range uris[:3] {
 		if !bytes.Equal(got[u].Value, fill[u].Value) {
@@ -82,8 +92,8 @@ func TestPipelinedRefillRefusedItem(t *testing.T) {
 	more := uniqueURIs(t, 2)
 	c.Fill(ctx, map[string]Entry{more[0]: {Value: []byte("a")}, more[1]: {Value: []byte("b")}})
 	st := c.Stats()[0]
-	if st.Dials != dials || st.RefillWrites != 2 || st.Errors != 1 {
-		t.Errorf("after a second refill: dials %d → %d, refill writes %d, errors %d; want the same connection reused, 2 writes, still 1 error", dials, st.Dials, st.RefillWrites, st.Errors)
+	if st.Dials != dials || st.RefillWrites != 3 || st.Errors != 1 {
+		t.Errorf("after a third refill: dials %d → %d, refill writes %d, errors %d; want the same connection reused, 3 writes, still 1 error", dials, st.Dials, st.RefillWrites, st.Errors)
 	}
 	if got := c.GetMulti(ctx, more); len(got) != 2 {
 		t.Errorf("the second refill stored %d of 2 items", len(got))
@@ -102,5 +112,27 @@ func TestSmallCapRefillsOneByOne(t *testing.T) {
 	}
 	if got := c.GetMulti(ctx, uris); len(got) != len(uris) {
 		t.Errorf("stored %d of %d refills", len(got), len(uris))
+	}
+}
+
+// Tests that a pipelined refill that has its connection gets the whole
+// socket timeout, however little is left of its caller's deadline, as a
+// gomemcache call does: a caller about to leave cannot turn a slow
+// exchange into an error against a healthy server (and its breaker).
+func TestRefillOutlivesItsCallersDeadline(t *testing.T) {
+	m := testenv.StartMemcached(t)
+	c := newCache(t, []string{m.Addr()}, func(cfg *Config) { cfg.Timeout = 5 * time.Second })
+	uris := uniqueURIs(t, 2)
+	ctx, cancel := context.WithTimeout(testContext(t, 1), 50*time.Millisecond)
+	defer cancel()
+	m.Pause()
+	resumed := time.AfterFunc(300*time.Millisecond, m.Resume) // well after the caller's deadline
+	defer resumed.Stop()
+	c.Fill(ctx, selfValued(uris))
+	if s := c.Stats()[0]; s.Errors != 0 || s.RefillWrites != 1 {
+		t.Errorf("stats after a refill that outlived its caller's deadline = %+v; want 1 refill write and no errors", s)
+	}
+	if got := c.GetMulti(testContext(t, 1), uris); len(got) != len(uris) {
+		t.Errorf("the refill stored %d of %d items", len(got), len(uris))
 	}
 }

@@ -275,7 +275,7 @@ func storeRead(ctx context.Context, args []string) error {
 		fmt.Fprintf(w, "Every URI of the seeded set read once, in order, through a sluice whose memcached was empty (%d workers × %d URIs; sluice reads each request's misses in one read transaction); then the same URIs read directly from the embedded store (bbolt) with the same workers, once with %d parallel point reads per batch and once with one read transaction per batch. sluice counted %.0f cache hits, %.0f misses and %.0f store reads during its run.\n\n",
 			c.concurrency, c.batch, *fanout, cold.CacheHits, cold.CacheMisses, cold.StoreReads)
 		resultTable(w, cold.Result, direct, batched)
-		fmt.Fprintf(w, "\n**sluice cold / store direct = %.2f** against one read transaction per batch (target ≥ 0.5: %s), %.2f against point reads. The cold path also reads memcached (a miss) and writes every record back to it (quiet meta-protocol adds, pipelined: one round trip per server per 500 records), which the direct reads do not.\n",
+		fmt.Fprintf(w, "\n**sluice cold / store direct = %.2f** against one read transaction per batch (target ≥ 0.5: %s), %.2f against point reads. The cold path also reads memcached (a miss) and writes every record back to it (adds, pipelined: one round trip per server per 500 records), which the direct reads do not.\n",
 			cold.ItemsPerSec/batched.ItemsPerSec, verdict(cold.ItemsPerSec/batched.ItemsPerSec >= 0.5), cold.ItemsPerSec/direct.ItemsPerSec)
 	})
 }
