@@ -151,7 +151,8 @@ type Answer struct {
 
 // Lookup is GetMulti answered by position, without maps: it sets into[i]
 // for each uris[i] the cache holds and leaves the others as they are
-// (into must be as long as uris), and returns the number of hits.
+// (into must be as long as uris), and returns the number of hits. uris
+// should be distinct: a repeated URI is asked for once per position.
 func (c *Cache) Lookup(ctx context.Context, uris []string, into []Answer) int {
 	if len(uris) == 1 {
 		e, ok := c.Get(ctx, uris[0])

@@ -48,8 +48,6 @@ func newCache(t *testing.T, servers []string, change func(*Config)) *Cache {
 	return c
 }
 
-// uniqueURIs returns n post URIs no other test uses, so tests can share
-// one memcached.
 // selfValued is a fill of uris, each with its own URI as the value.
 func selfValued(uris []string) map[string]Entry {
 	fill := make(map[string]Entry, len(uris))
@@ -59,6 +57,8 @@ func selfValued(uris []string) map[string]Entry {
 	return fill
 }
 
+// uniqueURIs returns n post URIs no other test uses, so tests can share
+// one memcached.
 func uniqueURIs(t *testing.T, n int) []string {
 	uris := make([]string, n)
 	stamp := time.Now().UnixNano()

@@ -123,10 +123,10 @@ func TestRefillOutlivesItsCallersDeadline(t *testing.T) {
 	m := testenv.StartMemcached(t)
 	c := newCache(t, []string{m.Addr()}, func(cfg *Config) { cfg.Timeout = 5 * time.Second })
 	uris := uniqueURIs(t, 2)
-	ctx, cancel := context.WithTimeout(testContext(t, 1), 50*time.Millisecond)
-	defer cancel()
 	m.Pause()
-	resumed := time.AfterFunc(300*time.Millisecond, m.Resume) // well after the caller's deadline
+	ctx, cancel := context.WithTimeout(testContext(t, 1), 200*time.Millisecond)
+	defer cancel()
+	resumed := time.AfterFunc(time.Second, m.Resume) // well after the caller's deadline, well before the timeout
 	defer resumed.Stop()
 	c.Fill(ctx, selfValued(uris))
 	if s := c.Stats()[0]; s.Errors != 0 || s.RefillWrites != 1 {

@@ -233,9 +233,9 @@ func (c *Cache) Lookup(ctx context.Context, uris []string, into []cache.Answer) 
 	return hits
 }
 
-// Get is Lookup of one URI: the entry and true,
-// or false for a miss. An entry it keeps is answered as kept (Checked
-// when the cache's check accepted it).
+// Get is Lookup of one URI: the entry and true, or false for a miss. An
+// entry it keeps is answered as kept (Checked when the cache's check
+// accepted it).
 func (c *Cache) Get(ctx context.Context, uri string) (cache.Entry, bool) {
 	if c.mem == nil {
 		return c.shared.Get(ctx, uri)

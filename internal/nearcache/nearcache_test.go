@@ -153,9 +153,9 @@ func heldBytes(c *Cache) int {
 	return n
 }
 
-// gatedShared holds a read (Lookup or Get) after the shared cache answered, until
-// released: the instant a concurrent write cannot be timed into with a
-// real server alone.
+// gatedShared holds a read (Lookup or Get) after the shared cache
+// answered, until released: the instant a concurrent write cannot be
+// timed into with a real server alone.
 type gatedShared struct {
 	*cache.Cache
 	answered chan struct{}
