@@ -14,11 +14,13 @@ package testenv
 import (
 	"bytes"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -141,8 +143,54 @@ func WaitTCP(addr string, timeout time.Duration) error {
 	}
 }
 
-// FreePort returns a loopback TCP port that was free a moment ago.
+// FreePort returns a loopback TCP port that was free a moment ago, chosen
+// below the kernel's ephemeral range. A port from that range (what
+// listening on port 0 gives) can be taken as the local end of any
+// outgoing connection — a driver's dial, a client's — between this call
+// and the server's bind, and a test that seeds data before starting its
+// server leaves seconds for that; below the range only another listener
+// can take it.
 func FreePort(t testing.TB) int {
+	t.Helper()
+	high := ephemeralLow()
+	if high-freePortFloor < 1000 {
+		return anyFreePort(t) // no room below the ephemeral range
+	}
+	for range 100 {
+		port := freePortFloor + rand.IntN(high-freePortFloor)
+		if l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
+			l.Close()
+			return port
+		}
+	}
+	t.Fatalf("find free port: 100 ports between %d and %d were taken", freePortFloor, high)
+	return 0
+}
+
+// freePortFloor is the lowest port FreePort returns: above the fixed
+// ports of the servers tests use (Cassandra 9042, Prometheus 9090).
+const freePortFloor = 10000
+
+// ephemeralLow is the first port of the kernel's ephemeral range
+// (32768 when it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	fields := strings.Fields(string(b))
+	if len(fields) == 0 {
+		return 32768
+	}
+	low, err := strconv.Atoi(fields[0])
+	if err != nil {
+		return 32768
+	}
+	return low
+}
+
+// anyFreePort is a port the kernel picks, from its ephemeral range.
+func anyFreePort(t testing.TB) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
