@@ -108,7 +108,7 @@ func (t *Telemetry) NewRequests(slo SLO) (*Requests, error) {
 	}
 	if r.duration, err = m.Float64Histogram("sluice.request.duration", metric.WithUnit("s"),
 		metric.WithDescription("Request latency from admission check to response, by client and method."),
-		metric.WithExplicitBucketBoundaries(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)); err != nil {
+		metric.WithExplicitBucketBoundaries(latencyBounds[:]...)); err != nil {
 		return nil, err
 	}
 	if r.batchSize, err = m.Int64Histogram("sluice.request.items",
