@@ -129,6 +129,17 @@ func TestOpenLoopKeepsScheduleWhileServerStalls(t *testing.T) {
 	if v.Peak.MemcachedTWait < 0 || v.Sources["time_wait"] == "" {
 		t.Errorf("TIME_WAIT not sampled: %v (sources %v)", v.Peak.MemcachedTWait, v.Sources)
 	}
+	// The server's own histograms over the run: every request, and the
+	// stall inside the server (they waited there for memcached).
+	l := v.Latency
+	if l == nil || l.CPUWait == nil || l.CPUWait.Count < 1 || len(l.Clients) != 1 {
+		t.Fatalf("server latency %+v: want the CPU wait and one client's requests", l)
+	}
+	for name, q := range l.Clients {
+		if q.Count != float64(c.Sent) || q.P99Ms < 1000 || q.P50Ms >= q.P99Ms {
+			t.Errorf("client %q inside the server: %+v; want all %d requests, p99 ≥ 1 s from the stall, p50 below it", name, q, c.Sent)
+		}
+	}
 }
 
 // Tests that the outstanding bound keeps the harness from piling up

@@ -221,6 +221,7 @@ func fairReport(w io.Writer, rounds []fairRound, loads []string) {
 	fmt.Fprintln(w)
 	roundsTable(w, "Normal clients' p99 with the heavy callers / alone, in each round", heavyRatios)
 	roundsTable(w, "Normal clients' p99 with the split indexer / alone, in each round", splitRatios)
+	whereTimeWent(w, rounds)
 	fmt.Fprintf(w, "Round 1, latency in ms:\n\n")
 	normalTable(w, "sluice, heavy callers", rounds[0].heavy, rounds[0].alone)
 	normalTable(w, "sluice, split indexer", rounds[0].split, rounds[0].alone)
@@ -250,6 +251,64 @@ func fairReport(w io.Writer, rounds []fairRound, loads []string) {
 	fmt.Fprintf(w, "| normal clients' p99 with the split indexer ≤ 1.5× alone, 0 errors | %.2f×, errors %.0f (%.0f) | %s |\n", splitWorst, medianOf(splitNormal), slices.Max(splitNormal), verdict(splitWorst <= 1.5 && slices.Max(splitNormal) == 0))
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Sheds carry RetryInfo (tested in internal/guard); the load generator counts codes only. Goodput counts every client's answered items per second of the run; capacity is the closed loop's, so a goodput share above 1 means the open loop kept the server busier than the closed loop did.")
+}
+
+// whereTimeWent sets the normal clients' latency as the harness saw it
+// beside what sluice's own histograms counted over the same run: their
+// requests from admission to response, and how long sluice's goroutines
+// waited for a CPU. What the harness sees beyond the first is time
+// outside sluice's handlers: the transport, the kernel, and the machine's
+// other processes.
+func whereTimeWent(w io.Writer, rounds []fairRound) {
+	fmt.Fprintf(w, "### Where the normal clients' time went\n\n")
+	fmt.Fprintf(w, "The harness times each request from its scheduled send to its answer; sluice's histograms time it from admission to response (`sluice_request_duration_seconds`) and count how long sluice's goroutines were runnable before they ran (`sluice_go_sched_latency_seconds`), over the same run. Each figure is the median over the four normal clients.\n\n")
+	fmt.Fprintf(w, "| round | run | harness p50 / p99 ms | inside sluice p50 / p99 ms | sluice's goroutines' wait for a CPU p50 / p99 ms |\n|---:|---|---:|---:|---:|\n")
+	for i, r := range rounds {
+		for _, run := range []struct {
+			name string
+			rep  *report.Report
+		}{{"alone", r.alone}, {"heavy callers", r.heavy}, {"split indexer", r.split}} {
+			var p50, p99, in50, in99 []float64
+			for _, normal := range r.alone.Clients {
+				c := run.rep.Client(normal.Name)
+				if c == nil {
+					continue
+				}
+				p50, p99 = append(p50, c.Latency.P50), append(p99, c.Latency.P99)
+				if q, ok := serverLatency(run.rep, normal.Name); ok {
+					in50, in99 = append(in50, q.P50Ms), append(in99, q.P99Ms)
+				}
+			}
+			fmt.Fprintf(w, "| %d | %s | %s / %s | %s / %s | %s |\n", i+1, run.name, msOf(p50), msOf(p99), msOf(in50), msOf(in99), cpuWait(run.rep))
+		}
+	}
+	fmt.Fprintln(w)
+}
+
+// serverLatency is client's latency inside sluice over run, if the run
+// read sluice's metrics.
+func serverLatency(run *report.Report, client string) (report.Quantiles, bool) {
+	if run.Vitals == nil || run.Vitals.Latency == nil {
+		return report.Quantiles{}, false
+	}
+	q, ok := run.Vitals.Latency.Clients[client]
+	return q, ok
+}
+
+func cpuWait(run *report.Report) string {
+	if run.Vitals == nil || run.Vitals.Latency == nil || run.Vitals.Latency.CPUWait == nil {
+		return "n/a"
+	}
+	q := run.Vitals.Latency.CPUWait
+	return fmt.Sprintf("%.3g / %.3g", q.P50Ms, q.P99Ms)
+}
+
+// msOf is the median of vs in ms, or n/a.
+func msOf(vs []float64) string {
+	if len(vs) == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.3g", medianOf(vs))
 }
 
 // pairs turns fair-share rounds into (with, baseline) pairs for ratiosOf.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/sluice-dev/sluice/internal/loadgen/report"
@@ -42,5 +43,38 @@ func TestReadJoinedMergesTheProcessesOfOneRun(t *testing.T) {
 	}
 	if one, err := readJoined(normal); err != nil || len(one.Clients) != 2 {
 		t.Fatalf("one report: %v clients, %v", len(one.Clients), err)
+	}
+}
+
+// Tests that the fair-share report sets the normal clients' latency as
+// the harness saw it beside sluice's own figures for the same run.
+func TestWhereTimeWentSetsHarnessBesideServer(t *testing.T) {
+	run := func(p99s, inside []float64, wait float64) *report.Report {
+		r := &report.Report{Vitals: &report.Vitals{Latency: &report.ServerLatency{
+			CPUWait: &report.Quantiles{Count: 100, P50Ms: 0.01, P99Ms: wait},
+			Clients: map[string]report.Quantiles{},
+		}}}
+		for i, name := range []string{"feed", "thread", "notifications", "search"} {
+			r.Clients = append(r.Clients, report.Client{Name: name, Latency: report.Latency{P50: 1, P99: p99s[i]}})
+			r.Vitals.Latency.Clients[name] = report.Quantiles{Count: 10, P50Ms: 0.5, P99Ms: inside[i]}
+		}
+		return r
+	}
+	alone := run([]float64{3, 3, 4, 4}, []float64{1, 1, 1, 1}, 0.2)
+	heavy := run([]float64{16, 18, 20, 22}, []float64{4, 6, 8, 10}, 3)
+	heavy.Clients = append(heavy.Clients, report.Client{Name: "heavy-1", Latency: report.Latency{P99: 900}})
+	split := run([]float64{10, 10, 10, 10}, []float64{2, 2, 2, 2}, 1)
+	split.Vitals = nil // a run that did not read the metrics
+
+	var out strings.Builder
+	whereTimeWent(&out, []fairRound{{alone: alone, heavy: heavy, split: split}})
+	for _, want := range []string{
+		"| 1 | alone | 1 / 3.5 | 0.5 / 1 | 0.01 / 0.2 |",
+		"| 1 | heavy callers | 1 / 19 | 0.5 / 7 | 0.01 / 3 |",
+		"| 1 | split indexer | 1 / 10 | n/a / n/a | n/a |",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("no line %q in\n%s", want, out.String())
+		}
 	}
 }

@@ -99,6 +99,29 @@ type Vitals struct {
 	Last  Sample `json:"last"`
 	// Errors are scrape failures, at most a few.
 	Errors []string `json:"errors,omitempty"`
+	// Latency is what the server's own histograms counted between the
+	// first and last scrapes that succeeded; nil when it exports none.
+	Latency *ServerLatency `json:"server_latency,omitempty"`
+}
+
+// ServerLatency is latency as the server measured it over the run, read
+// from its histograms (quantiles interpolated within buckets, as
+// PromQL's histogram_quantile does).
+type ServerLatency struct {
+	// CPUWait is how long the server's goroutines were runnable before
+	// they ran (sluice_go_sched_latency_seconds).
+	CPUWait *Quantiles `json:"cpu_wait,omitempty"`
+	// Clients are each client's requests from admission to response
+	// (sluice_request_duration_seconds, every method), by metric label.
+	Clients map[string]Quantiles `json:"clients,omitempty"`
+}
+
+// Quantiles summarise one histogram's samples over the run.
+type Quantiles struct {
+	Count  float64 `json:"count"`
+	P50Ms  float64 `json:"p50_ms"`
+	P99Ms  float64 `json:"p99_ms"`
+	P999Ms float64 `json:"p999_ms"`
 }
 
 // Sample is one reading of the server's vital signs.

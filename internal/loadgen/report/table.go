@@ -130,6 +130,28 @@ func writeVitals(w io.Writer, v *Vitals) error {
 	if err := tw.Flush(); err != nil {
 		return fmt.Errorf("report: %w", err)
 	}
+	return writeServerLatency(w, v.Latency)
+}
+
+// writeServerLatency writes the latency the server's histograms counted
+// over the run, beside the harness's own figures above.
+func writeServerLatency(w io.Writer, l *ServerLatency) error {
+	if l == nil {
+		return nil
+	}
+	fmt.Fprintf(w, "\nlatency inside the server over the run (its histograms)\n")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "\tcount\tp50 ms\tp99 ms\tp99.9 ms\t")
+	if q := l.CPUWait; q != nil {
+		fmt.Fprintf(tw, "goroutines' wait for a CPU\t%.0f\t%.3g\t%.3g\t%.3g\t\n", q.Count, q.P50Ms, q.P99Ms, q.P999Ms)
+	}
+	for _, name := range slices.Sorted(maps.Keys(l.Clients)) {
+		q := l.Clients[name]
+		fmt.Fprintf(tw, "%s, admission to response\t%.0f\t%.3g\t%.3g\t%.3g\t\n", name, q.Count, q.P50Ms, q.P99Ms, q.P999Ms)
+	}
+	if err := tw.Flush(); err != nil {
+		return fmt.Errorf("report: %w", err)
+	}
 	return nil
 }
 

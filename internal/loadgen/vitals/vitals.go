@@ -67,6 +67,9 @@ const (
 	mDials      = "sluice_memcached_dials_total"
 	mSockets    = "sluice_memcached_sockets"
 	mCacheErrs  = "sluice_cache_errors_total"
+
+	mSchedLatency   = "sluice_go_sched_latency_seconds"
+	mRequestLatency = "sluice_request_duration_seconds"
 )
 
 // Sampler samples a server until its context ends.
@@ -80,6 +83,9 @@ type Sampler struct {
 	samples []report.Sample
 	sources map[string]string
 	errors  []string
+	// first and last are the first and the latest scrapes that
+	// succeeded, for the server's histograms over the run.
+	first, last promtext.Families
 }
 
 // New returns a Sampler for cfg.
@@ -113,11 +119,17 @@ func (s *Sampler) Run(ctx context.Context) {
 }
 
 func (s *Sampler) sampleOnce(ctx context.Context) {
-	smp, sources, err := s.Sample(ctx)
+	smp, sources, fams, err := s.sample(ctx)
 	smp.Seconds = time.Since(s.start).Seconds()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.samples = append(s.samples, smp)
+	if err == nil {
+		if s.first == nil {
+			s.first = fams
+		}
+		s.last = fams
+	}
 	for k, v := range sources {
 		s.sources[k] = v
 	}
@@ -128,6 +140,12 @@ func (s *Sampler) sampleOnce(ctx context.Context) {
 
 // Sample reads every figure once, and says where each came from.
 func (s *Sampler) Sample(ctx context.Context) (report.Sample, map[string]string, error) {
+	smp, src, _, err := s.sample(ctx)
+	return smp, src, err
+}
+
+// sample is Sample, also returning the scrape it read.
+func (s *Sampler) sample(ctx context.Context) (report.Sample, map[string]string, promtext.Families, error) {
 	smp := report.Sample{Goroutines: -1, Threads: -1, RSSBytes: -1, HeapBytes: -1, MemoryLimitBytes: -1, MemcachedConns: -1, MemcachedDials: -1, MemcachedTWait: -1, CacheErrors: -1}
 	src := map[string]string{}
 	fams, err := s.scrape(ctx)
@@ -152,7 +170,7 @@ func (s *Sampler) Sample(ctx context.Context) (report.Sample, map[string]string,
 	if smp.MemcachedTWait < 0 {
 		s.timeWaitFromKernel(fams, &smp, src)
 	}
-	return smp, src, err
+	return smp, src, fams, err
 }
 
 // fromProc reads threads (and RSS when the metrics lack it) from
@@ -216,7 +234,7 @@ func (s *Sampler) scrape(ctx context.Context) (promtext.Families, error) {
 func (s *Sampler) Result() *report.Vitals {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	v := &report.Vitals{Sources: s.sources, Samples: s.samples, Errors: s.errors}
+	v := &report.Vitals{Sources: s.sources, Samples: s.samples, Errors: s.errors, Latency: latencyBetween(s.first, s.last)}
 	if len(s.samples) == 0 {
 		return v
 	}
@@ -247,6 +265,41 @@ func (s *Sampler) Result() *report.Vitals {
 		p.Seconds = max(p.Seconds, x.Seconds)
 	}
 	return v
+}
+
+// latencyBetween reads the server's latency histograms between two
+// scrapes: how long its goroutines waited for a CPU, and each client's
+// requests from admission to response. Nil when there is no pair of
+// scrapes or the server exports neither histogram.
+func latencyBetween(first, last promtext.Families) *report.ServerLatency {
+	if first == nil || last == nil {
+		return nil
+	}
+	out := &report.ServerLatency{}
+	if wait := last.Histogram(mSchedLatency, nil).Since(first.Histogram(mSchedLatency, nil)); wait.Count() > 0 {
+		q := quantilesOf(wait)
+		out.CPUWait = &q
+	}
+	for _, client := range labelValues(last[mRequestLatency], "client") {
+		if out.Clients == nil {
+			out.Clients = map[string]report.Quantiles{}
+		}
+		if _, done := out.Clients[client]; done {
+			continue
+		}
+		only := map[string]string{"client": client}
+		if h := last.Histogram(mRequestLatency, only).Since(first.Histogram(mRequestLatency, only)); h.Count() > 0 {
+			out.Clients[client] = quantilesOf(h)
+		}
+	}
+	if out.CPUWait == nil && len(out.Clients) == 0 {
+		return nil
+	}
+	return out
+}
+
+func quantilesOf(h promtext.Histogram) report.Quantiles {
+	return report.Quantiles{Count: h.Count(), P50Ms: 1000 * h.Quantile(0.5), P99Ms: 1000 * h.Quantile(0.99), P999Ms: 1000 * h.Quantile(0.999)}
 }
 
 // pick returns the sum of the first of names the families hold, noting
