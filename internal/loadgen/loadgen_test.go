@@ -133,7 +133,10 @@ func TestOpenLoopKeepsScheduleWhileServerStalls(t *testing.T) {
 	// stall inside the server (they waited there for memcached).
 	l := v.Latency
 	if l == nil || l.CPUWait == nil || l.CPUWait.Count < 1 || len(l.Clients) != 1 {
-		t.Fatalf("server latency %+v: want the CPU wait and one client's requests", l)
+		t.Fatalf("server latency %+v: want the scheduler wait and one client's requests", l)
+	}
+	if l.ToSeconds-l.FromSeconds < 4 {
+		t.Errorf("server latency between scrapes at %.1f s and %.1f s; want the whole 4 s run between them", l.FromSeconds, l.ToSeconds)
 	}
 	for name, q := range l.Clients {
 		if q.Count != float64(c.Sent) || q.P99Ms < 1000 || q.P50Ms >= q.P99Ms {

@@ -49,26 +49,32 @@ func (h Histogram) Count() float64 {
 
 // Since returns what h counted that earlier, a scrape of the same
 // series before it, had not: the histogram of what happened in between.
-// A bucket earlier lacks counts from zero.
-func (h Histogram) Since(earlier Histogram) Histogram {
+// A bucket earlier lacks counts from zero. ok is false when a bucket's
+// count fell, as it does when the server restarted between the scrapes:
+// the difference then means nothing.
+func (h Histogram) Since(earlier Histogram) (between Histogram, ok bool) {
 	out := Histogram{Bounds: h.Bounds, Counts: make([]float64, len(h.Counts))}
 	for i, b := range h.Bounds {
 		before := 0.0
-		if j, ok := slices.BinarySearch(earlier.Bounds, b); ok {
+		if j, found := slices.BinarySearch(earlier.Bounds, b); found {
 			before = earlier.Counts[j]
 		}
-		out.Counts[i] = max(0, h.Counts[i]-before)
+		if h.Counts[i] < before {
+			return Histogram{}, false
+		}
+		out.Counts[i] = h.Counts[i] - before
 	}
-	return out
+	return out, true
 }
 
 // Quantile returns the q-quantile (0 < q ≤ 1) as PromQL's
 // histogram_quantile does: found in the bucket that holds it, by linear
 // interpolation between the bucket's bounds (the first bucket starts at
-// 0); in the +Inf bucket, the highest finite bound. NaN when h is empty.
+// 0); in the +Inf bucket, the highest finite bound. NaN when h is
+// empty or has no finite bound.
 func (h Histogram) Quantile(q float64) float64 {
 	total := h.Count()
-	if total == 0 {
+	if total == 0 || len(h.Bounds) < 2 {
 		return math.NaN()
 	}
 	rank := q * total

@@ -54,8 +54,9 @@ lat_count{client="search",method="a"} 1000
 
 func TestHistogramQuantileBetweenScrapes(t *testing.T) {
 	feed := map[string]string{"client": "feed"}
-	h := scrapePage(t, latAfter).Histogram("lat", feed).Since(scrapePage(t, latBefore).Histogram("lat", feed))
-	if h.Count() != 100 {
+	before, after := scrapePage(t, latBefore).Histogram("lat", feed), scrapePage(t, latAfter).Histogram("lat", feed)
+	h, ok := after.Since(before)
+	if !ok || h.Count() != 100 {
 		t.Fatalf("count = %g, want the 100 requests between the scrapes", h.Count())
 	}
 	for _, tc := range []struct{ q, want float64 }{
@@ -71,6 +72,13 @@ func TestHistogramQuantileBetweenScrapes(t *testing.T) {
 	}
 	if got := (Histogram{}).Quantile(0.5); !math.IsNaN(got) {
 		t.Errorf("an empty histogram's median = %g, want NaN", got)
+	}
+	if got := (Histogram{Bounds: []float64{math.Inf(1)}, Counts: []float64{5}}).Quantile(0.5); !math.IsNaN(got) {
+		t.Errorf("the median of a histogram with only +Inf = %g, want NaN", got)
+	}
+	// Scraped in the wrong order (or across a restart): counts fell.
+	if _, ok := before.Since(after); ok {
+		t.Error("a histogram whose counts fell reads as a difference")
 	}
 	if n := scrapePage(t, latAfter).Histogram("absent", nil).Count(); n != 0 {
 		t.Errorf("a missing family counts %g", n)

@@ -1,7 +1,8 @@
 // Package promtext reads a Prometheus text exposition (a /metrics page)
 // and adds up its series: the one way sluice's load harness, benchmarks
 // and tests look at what a server exports. It does not keep history or
-// compute rates; callers sample and subtract.
+// compute rates; callers sample and subtract, histograms with Since
+// (what two scrapes' buckets differ by) and Quantile.
 package promtext
 
 import (

@@ -9,20 +9,27 @@ import (
 )
 
 // schedLatencyName is the runtime's histogram of how long goroutines
-// were runnable before they ran: the time work waited for a CPU inside
-// this process.
+// were runnable before a P ran them: the time work queued for the Go
+// scheduler in this process. Time the kernel keeps a running thread off
+// a core is not in it. The runtime samples about one transition in
+// eight, so its counts are not the number of events.
 const schedLatencyName = "/sched/latencies:seconds"
 
-// SchedLatencyBounds are the upper bounds of sluice_go_sched_latency_seconds.
-// The Go collector's go_sched_latencies_seconds has one bucket per
-// factor of about eleven (64 µs, 0.9 ms, 10 ms), too coarse to tell a
-// process whose goroutines wait 0.2 ms for a CPU from one where they
-// wait 2 ms; these are about a factor of two apart over the range where
-// request latency lives.
-var SchedLatencyBounds = []float64{
-	10e-6, 25e-6, 50e-6, 100e-6, 250e-6, 500e-6,
-	1e-3, 2e-3, 4e-3, 8e-3, 16e-3, 32e-3, 64e-3, 128e-3,
-}
+// schedLatencyBounds are the upper bounds of
+// sluice_go_sched_latency_seconds: powers of two nanoseconds from about
+// 8 µs to 134 ms. They are edges of the runtime's own buckets (each
+// power of two split in four), so every runtime bucket falls wholly
+// under one of them and the counts at each bound are exact. The Go
+// collector's go_sched_latencies_seconds (not registered here) keeps
+// one bucket per factor of about eleven (82 µs, 0.92 ms, 10.5 ms):
+// too coarse to read a p99 of 0.4 ms from one of 3 ms.
+var schedLatencyBounds = func() []float64 {
+	var b []float64
+	for shift := 13; shift <= 27; shift++ {
+		b = append(b, float64(int64(1)<<shift)/1e9)
+	}
+	return b
+}()
 
 // schedLatency exports the runtime's scheduler latency histogram, summed
 // into SchedLatencyBounds, as sluice_go_sched_latency_seconds.
@@ -35,7 +42,7 @@ type schedLatency struct {
 func newSchedLatency() *schedLatency {
 	return &schedLatency{
 		desc: prometheus.NewDesc("sluice_go_sched_latency_seconds",
-			"Time goroutines spent runnable before they ran (the runtime's "+schedLatencyName+"): how long work waited for a CPU in this process.",
+			"Time goroutines spent runnable before a P ran them (the runtime's "+schedLatencyName+", sampled): how long work queued for the Go scheduler in this process.",
 			nil, nil),
 		read: []metrics.Sample{{Name: schedLatencyName}},
 	}
@@ -43,24 +50,28 @@ func newSchedLatency() *schedLatency {
 
 func (c *schedLatency) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
+// Collect reads the runtime's histogram and sums it under the lock:
+// metrics.Read reuses the histogram's storage, so a concurrent scrape
+// must not read it while another sums it.
 func (c *schedLatency) Collect(ch chan<- prometheus.Metric) {
 	c.mu.Lock()
 	metrics.Read(c.read)
 	v := c.read[0].Value
-	c.mu.Unlock()
 	if v.Kind() != metrics.KindFloat64Histogram {
+		c.mu.Unlock()
 		return
 	}
-	count, sum, buckets := rebucket(v.Float64Histogram(), SchedLatencyBounds)
+	count, sum, buckets := rebucket(v.Float64Histogram(), schedLatencyBounds)
+	c.mu.Unlock()
 	ch <- prometheus.MustNewConstHistogram(c.desc, count, sum, buckets)
 }
 
 // rebucket sums a runtime histogram into cumulative counts at bounds.
 // Each runtime bucket is counted under the first bound at or above its
-// upper edge, so a quantile read from the result is never below the
-// true one. The sum is estimated from the buckets' midpoints (the
-// runtime keeps none); a bucket with an infinite edge counts at its
-// finite one.
+// upper edge (exact when bounds are edges of the runtime's buckets, as
+// schedLatencyBounds are). The sum is estimated from the buckets'
+// midpoints (the runtime keeps none); a bucket with an infinite edge
+// counts at its finite one.
 func rebucket(h *metrics.Float64Histogram, bounds []float64) (count uint64, sum float64, cumulative map[float64]uint64) {
 	perBound := make([]uint64, len(bounds))
 	for i, n := range h.Counts {

@@ -7,31 +7,32 @@ import (
 	"testing"
 )
 
+// ns is n nanoseconds in seconds.
+func ns(n float64) float64 { return n / 1e9 }
+
 func TestRebucketCountsEachRuntimeBucketUnderTheFirstBoundAboveIt(t *testing.T) {
-	inf := math.Inf(1)
+	const p13, p14, p19, p20, p28 = 1 << 13, 1 << 14, 1 << 19, 1 << 20, 1 << 28
 	h := &metrics.Float64Histogram{
-		Buckets: []float64{math.Inf(-1), 0, 20e-6, 50e-6, 0.3e-3, 0.6e-3, 0.2, inf},
+		Buckets: []float64{math.Inf(-1), 0, ns(p13), ns(p14), ns(1.5 * p19), ns(p20), ns(p28), math.Inf(1)},
 		Counts:  []uint64{1, 2, 3, 4, 5, 6, 7},
 	}
-	count, sum, got := rebucket(h, SchedLatencyBounds)
+	count, sum, got := rebucket(h, schedLatencyBounds)
 	if count != 28 {
 		t.Errorf("count = %d, want 28 (every runtime bucket, those past the last bound too)", count)
 	}
-	want := map[float64]uint64{
-		10e-6: 1, 25e-6: 3, 50e-6: 6, 100e-6: 6, 250e-6: 6, 500e-6: 10,
-		1e-3: 15, 2e-3: 15, 4e-3: 15, 8e-3: 15, 16e-3: 15, 32e-3: 15, 64e-3: 15, 128e-3: 15,
+	if len(got) != len(schedLatencyBounds) || schedLatencyBounds[0] != ns(p13) || schedLatencyBounds[len(schedLatencyBounds)-1] != ns(1<<27) {
+		t.Fatalf("bounds %v, want 2^13 … 2^27 ns", schedLatencyBounds)
 	}
+	// A runtime bucket ending on a bound counts under that bound.
+	want := map[float64]uint64{ns(p13): 3, ns(p14): 6, ns(p19): 6, ns(p20): 15, ns(1 << 27): 15}
 	for b, n := range want {
 		if got[b] != n {
 			t.Errorf("bucket le=%g: %d, want %d", b, got[b], n)
 		}
 	}
-	if len(got) != len(SchedLatencyBounds) {
-		t.Errorf("%d buckets, want %d", len(got), len(SchedLatencyBounds))
-	}
-	// Midpoints: 0 + 2×10µs + 3×35µs + 4×175µs + 5×450µs + 6×0.1003 s + 7×0.2 s.
-	wantSum := 2*10e-6 + 3*35e-6 + 4*175e-6 + 5*450e-6 + 6*(0.6e-3+0.2)/2 + 7*0.2
-	if math.Abs(sum-wantSum) > 1e-9 {
+	// Midpoints; (-Inf, 0] counts at 0 and (2^28 ns, +Inf) at 2^28 ns.
+	wantSum := ns(2*p13/2 + 3*(p13+p14)/2 + 4*(p14+1.5*p19)/2 + 5*(1.5*p19+p20)/2 + 6*(p20+p28)/2 + 7*p28)
+	if math.Abs(sum-wantSum) > 1e-12 {
 		t.Errorf("sum = %g, want %g", sum, wantSum)
 	}
 }
@@ -62,8 +63,8 @@ func TestSchedLatencyIsExported(t *testing.T) {
 		}
 		var last uint64
 		for i, b := range h.GetBucket() {
-			if b.GetUpperBound() != SchedLatencyBounds[i] {
-				t.Fatalf("bucket %d: le=%g, want %g", i, b.GetUpperBound(), SchedLatencyBounds[i])
+			if b.GetUpperBound() != schedLatencyBounds[i] {
+				t.Fatalf("bucket %d: le=%g, want %g", i, b.GetUpperBound(), schedLatencyBounds[i])
 			}
 			if b.GetCumulativeCount() < last || b.GetCumulativeCount() > h.GetSampleCount() {
 				t.Fatalf("bucket le=%g: cumulative %d after %d, of %d", b.GetUpperBound(), b.GetCumulativeCount(), last, h.GetSampleCount())

@@ -256,13 +256,11 @@ func fairReport(w io.Writer, rounds []fairRound, loads []string) {
 // whereTimeWent sets the normal clients' latency as the harness saw it
 // beside what sluice's own histograms counted over the same run: their
 // requests from admission to response, and how long sluice's goroutines
-// waited for a CPU. What the harness sees beyond the first is time
-// outside sluice's handlers: the transport, the kernel, and the machine's
-// other processes.
+// queued for the Go scheduler.
 func whereTimeWent(w io.Writer, rounds []fairRound) {
 	fmt.Fprintf(w, "### Where the normal clients' time went\n\n")
-	fmt.Fprintf(w, "The harness times each request from its scheduled send to its answer; sluice's histograms time it from admission to response (`sluice_request_duration_seconds`) and count how long sluice's goroutines were runnable before they ran (`sluice_go_sched_latency_seconds`), over the same run. Each figure is the median over the four normal clients.\n\n")
-	fmt.Fprintf(w, "| round | run | harness p50 / p99 ms | inside sluice p50 / p99 ms | sluice's goroutines' wait for a CPU p50 / p99 ms |\n|---:|---|---:|---:|---:|\n")
+	fmt.Fprintf(w, "The harness times each request from its scheduled send to its answer; sluice's histograms time it from admission to response (`sluice_request_duration_seconds`) and count how long sluice's goroutines were runnable before the Go scheduler ran them (`sluice_go_sched_latency_seconds`, sampled by the runtime; time the kernel keeps a running thread off a core is not in it), between scrapes at the run's start and end. The harness and inside figures are medians over the four normal clients; the scheduler wait is the whole process's. The harness's p99 and the inside p99 are of different distributions and do not add up.\n\n")
+	fmt.Fprintf(w, "| round | run | harness p50 / p99 ms | inside sluice p50 / p99 ms | sluice's goroutines' wait for the scheduler p50 / p99 ms |\n|---:|---|---:|---:|---:|\n")
 	for i, r := range rounds {
 		for _, run := range []struct {
 			name string

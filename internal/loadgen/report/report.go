@@ -108,8 +108,14 @@ type Vitals struct {
 // from its histograms (quantiles interpolated within buckets, as
 // PromQL's histogram_quantile does).
 type ServerLatency struct {
+	// FromSeconds and ToSeconds are when the two scrapes compared were
+	// taken, in seconds since sampling began: a failed first or last
+	// scrape narrows the window.
+	FromSeconds float64 `json:"from_seconds"`
+	ToSeconds   float64 `json:"to_seconds"`
 	// CPUWait is how long the server's goroutines were runnable before
-	// they ran (sluice_go_sched_latency_seconds).
+	// the Go scheduler ran them (sluice_go_sched_latency_seconds; the
+	// runtime samples, so Count is not the number of events).
 	CPUWait *Quantiles `json:"cpu_wait,omitempty"`
 	// Clients are each client's requests from admission to response
 	// (sluice_request_duration_seconds, every method), by metric label.

@@ -139,11 +139,11 @@ func writeServerLatency(w io.Writer, l *ServerLatency) error {
 	if l == nil {
 		return nil
 	}
-	fmt.Fprintf(w, "\nlatency inside the server over the run (its histograms)\n")
+	fmt.Fprintf(w, "\nlatency inside the server, from its histograms between scrapes at %.1f s and %.1f s\n", l.FromSeconds, l.ToSeconds)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "\tcount\tp50 ms\tp99 ms\tp99.9 ms\t")
 	if q := l.CPUWait; q != nil {
-		fmt.Fprintf(tw, "goroutines' wait for a CPU\t%.0f\t%.3g\t%.3g\t%.3g\t\n", q.Count, q.P50Ms, q.P99Ms, q.P999Ms)
+		fmt.Fprintf(tw, "goroutines' wait for the scheduler (sampled)\t%.0f\t%.3g\t%.3g\t%.3g\t\n", q.Count, q.P50Ms, q.P99Ms, q.P999Ms)
 	}
 	for _, name := range slices.Sorted(maps.Keys(l.Clients)) {
 		q := l.Clients[name]

@@ -1,7 +1,9 @@
 // Package vitals samples a server's vital signs during a load run:
 // goroutines, OS threads, resident memory, the Go heap in use and the Go
 // memory limit, memcached connections and dials, cache errors, and
-// sockets in TIME_WAIT toward memcached.
+// sockets in TIME_WAIT toward memcached; and, from the first and last
+// scrapes, the latency the server's own histograms counted in between
+// (each client's requests, its goroutines' wait for the scheduler).
 //
 // Figures come from the server's Prometheus /metrics (names as in the
 // "Metrics" section of docs/operations.md), with two local fallbacks for what the
@@ -84,8 +86,10 @@ type Sampler struct {
 	sources map[string]string
 	errors  []string
 	// first and last are the first and the latest scrapes that
-	// succeeded, for the server's histograms over the run.
-	first, last promtext.Families
+	// succeeded, for the server's histograms over the run, and when
+	// they were taken (seconds since Run began).
+	first, last     promtext.Families
+	firstAt, lastAt float64
 }
 
 // New returns a Sampler for cfg.
@@ -126,9 +130,9 @@ func (s *Sampler) sampleOnce(ctx context.Context) {
 	s.samples = append(s.samples, smp)
 	if err == nil {
 		if s.first == nil {
-			s.first = fams
+			s.first, s.firstAt = fams, smp.Seconds
 		}
-		s.last = fams
+		s.last, s.lastAt = fams, smp.Seconds
 	}
 	for k, v := range sources {
 		s.sources[k] = v
@@ -234,7 +238,7 @@ func (s *Sampler) scrape(ctx context.Context) (promtext.Families, error) {
 func (s *Sampler) Result() *report.Vitals {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	v := &report.Vitals{Sources: s.sources, Samples: s.samples, Errors: s.errors, Latency: latencyBetween(s.first, s.last)}
+	v := &report.Vitals{Sources: s.sources, Samples: s.samples, Errors: s.errors, Latency: latencyBetween(s.first, s.last, s.firstAt, s.lastAt)}
 	if len(s.samples) == 0 {
 		return v
 	}
@@ -268,15 +272,17 @@ func (s *Sampler) Result() *report.Vitals {
 }
 
 // latencyBetween reads the server's latency histograms between two
-// scrapes: how long its goroutines waited for a CPU, and each client's
-// requests from admission to response. Nil when there is no pair of
-// scrapes or the server exports neither histogram.
-func latencyBetween(first, last promtext.Families) *report.ServerLatency {
+// scrapes taken at seconds from and to of the run: how long its
+// goroutines queued for the Go scheduler, and each client's requests
+// from admission to response. A histogram whose counts fell between the
+// scrapes (the server restarted) is left out. Nil when there is no pair
+// of scrapes or nothing to report.
+func latencyBetween(first, last promtext.Families, from, to float64) *report.ServerLatency {
 	if first == nil || last == nil {
 		return nil
 	}
-	out := &report.ServerLatency{}
-	if wait := last.Histogram(mSchedLatency, nil).Since(first.Histogram(mSchedLatency, nil)); wait.Count() > 0 {
+	out := &report.ServerLatency{FromSeconds: from, ToSeconds: to}
+	if wait, ok := last.Histogram(mSchedLatency, nil).Since(first.Histogram(mSchedLatency, nil)); ok && wait.Count() > 0 {
 		q := quantilesOf(wait)
 		out.CPUWait = &q
 	}
@@ -288,7 +294,7 @@ func latencyBetween(first, last promtext.Families) *report.ServerLatency {
 			continue
 		}
 		only := map[string]string{"client": client}
-		if h := last.Histogram(mRequestLatency, only).Since(first.Histogram(mRequestLatency, only)); h.Count() > 0 {
+		if h, ok := last.Histogram(mRequestLatency, only).Since(first.Histogram(mRequestLatency, only)); ok && h.Count() > 0 {
 			out.Clients[client] = quantilesOf(h)
 		}
 	}
