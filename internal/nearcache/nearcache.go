@@ -222,7 +222,12 @@ func (c *Cache) Lookup(ctx context.Context, uris []string, into []cache.Answer) 
 	if len(misses) == 0 {
 		return hits
 	}
-	got := make([]cache.Answer, len(misses))
+	// The shared cache answers the misses by their own positions; when
+	// nothing came from memory those are uris' own, so into takes them.
+	got := into
+	if hits > 0 {
+		got = make([]cache.Answer, len(misses))
+	}
 	c.shared.Lookup(ctx, misses, got)
 	for k, a := range got {
 		if a.Hit {

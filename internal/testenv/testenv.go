@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -172,8 +173,8 @@ func FreePort(t testing.TB) int {
 const freePortFloor = 10000
 
 // ephemeralLow is the first port of the kernel's ephemeral range
-// (32768 when it cannot be read).
-func ephemeralLow() int {
+// (32768 when it cannot be read), read once.
+var ephemeralLow = sync.OnceValue(func() int {
 	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
 	if err != nil {
 		return 32768
@@ -187,7 +188,7 @@ func ephemeralLow() int {
 		return 32768
 	}
 	return low
-}
+})
 
 // anyFreePort is a port the kernel picks, from its ephemeral range.
 func anyFreePort(t testing.TB) int {

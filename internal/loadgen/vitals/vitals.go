@@ -30,6 +30,7 @@ import (
 	"net/http"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -281,27 +282,31 @@ func latencyBetween(first, last promtext.Families, from, to float64) *report.Ser
 	if first == nil || last == nil {
 		return nil
 	}
-	out := &report.ServerLatency{FromSeconds: from, ToSeconds: to}
-	if wait, ok := last.Histogram(mSchedLatency, nil).Since(first.Histogram(mSchedLatency, nil)); ok && wait.Count() > 0 {
-		q := quantilesOf(wait)
+	out := &report.ServerLatency{FromSeconds: from, ToSeconds: to, Clients: map[string]report.Quantiles{}}
+	if q, ok := quantilesBetween(first, last, mSchedLatency, nil); ok {
 		out.CPUWait = &q
 	}
-	for _, client := range labelValues(last[mRequestLatency], "client") {
-		if out.Clients == nil {
-			out.Clients = map[string]report.Quantiles{}
-		}
-		if _, done := out.Clients[client]; done {
-			continue
-		}
-		only := map[string]string{"client": client}
-		if h, ok := last.Histogram(mRequestLatency, only).Since(first.Histogram(mRequestLatency, only)); ok && h.Count() > 0 {
-			out.Clients[client] = quantilesOf(h)
+	clients := labelValues(last[mRequestLatency], "client") // once per series: per method too
+	slices.Sort(clients)
+	for _, client := range slices.Compact(clients) {
+		if q, ok := quantilesBetween(first, last, mRequestLatency, map[string]string{"client": client}); ok {
+			out.Clients[client] = q
 		}
 	}
 	if out.CPUWait == nil && len(out.Clients) == 0 {
 		return nil
 	}
 	return out
+}
+
+// quantilesBetween summarises histogram name's series with labels want
+// between two scrapes; false when it counted nothing or was reset.
+func quantilesBetween(first, last promtext.Families, name string, want map[string]string) (report.Quantiles, bool) {
+	h, ok := last.Histogram(name, want).Since(first.Histogram(name, want))
+	if !ok || h.Count() == 0 {
+		return report.Quantiles{}, false
+	}
+	return quantilesOf(h), true
 }
 
 func quantilesOf(h promtext.Histogram) report.Quantiles {
