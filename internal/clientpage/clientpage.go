@@ -3,9 +3,10 @@
 // client (items served, its share of all items served, items refused by
 // reason, items requested, requests/s, batch size, p50/p99 latency,
 // errors, rejections, cache hit ratio; sortable, the most items served
-// first) and small live
-// charts of the last minute, refreshed by the page itself from the JSON
-// form of the same handler.
+// first), a status line for the process (goroutines, threads, the Go
+// scheduler's wait, admission and memory), and small live charts of the
+// last minute, refreshed by the page itself from the JSON form of the
+// same handler.
 //
 // Everything the page needs — template, script, styles — is embedded in
 // the binary; it loads nothing from elsewhere. The package only renders:
@@ -46,6 +47,7 @@ var pageHTML string
 
 var page = template.Must(template.New("clients").Funcs(template.FuncMap{
 	"f1":      func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) },
+	"f2":      func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) },
 	"pct":     percent,
 	"reasons": reasons,
 	"mib":     func(b int64) string { return strconv.FormatFloat(float64(b)/(1<<20), 'f', 1, 64) + " MiB" },

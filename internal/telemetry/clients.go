@@ -37,6 +37,7 @@ const latencyBuckets = len(latencyBounds) + 1
 type ClientStats struct {
 	label func(string) string
 	now   func() time.Time
+	sched *schedWindow
 
 	mu        sync.RWMutex
 	clients   map[string]*clientSeries
@@ -98,7 +99,7 @@ func (s *secondStats) refusedItems() int64 {
 }
 
 func newClientStats(label func(string) string) *ClientStats {
-	return &ClientStats{label: label, now: time.Now, clients: map[string]*clientSeries{}}
+	return &ClientStats{label: label, now: time.Now, sched: newSchedWindow(), clients: map[string]*clientSeries{}}
 }
 
 // series returns the client's series, creating it on first use.
@@ -123,6 +124,7 @@ func (c *ClientStats) series(client string) *clientSeries {
 func (c *ClientStats) record(client string, f func(*secondStats)) {
 	s := c.series(client)
 	now := c.now().Unix()
+	c.sched.observe(now)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sec := &s.ring[now%historySeconds]
@@ -180,6 +182,9 @@ type ClientsSnapshot struct {
 	// Goroutines and OSThreads are the process's, now.
 	Goroutines int `json:"goroutines"`
 	OSThreads  int `json:"os_threads"`
+	// SchedWait is the Go scheduler's queue over about the window; nil
+	// until two readings a second or more apart were taken.
+	SchedWait *SchedWait `json:"sched_wait,omitempty"`
 	// Admission is the guard's process-wide admission now (nil when
 	// not wired, as in tests of this package alone).
 	Admission *AdmissionState `json:"admission,omitempty"`
@@ -244,6 +249,9 @@ func (c *ClientStats) Snapshot(window int) ClientsSnapshot {
 	now := c.now()
 	snap := ClientsSnapshot{At: now, WindowSeconds: window, Clients: []ClientRow{}, Goroutines: runtime.NumGoroutine()}
 	snap.OSThreads, _ = OSThreads()
+	if w, ok := c.sched.over(now.Unix(), window); ok {
+		snap.SchedWait = &w
+	}
 	if f := c.memory.Load(); f != nil {
 		m := (*f)()
 		snap.Memory = &m
@@ -344,11 +352,16 @@ func (s *secondStats) add(o secondStats) {
 	}
 }
 
-// quantile estimates the q-quantile of bucket counts the way Prometheus's
-// histogram_quantile does: linear within the bucket, the lowest bucket
-// starting at 0, the +Inf bucket reported as the highest finite bound.
-// It returns 0 for no observations.
-func quantile(counts []int64, q float64) float64 {
+// quantile estimates the q-quantile of counts in latencyBounds' buckets
+// (quantileOf).
+func quantile(counts []int64, q float64) float64 { return quantileOf(counts, latencyBounds[:], q) }
+
+// quantileOf estimates the q-quantile of bucket counts, one per bound
+// and one above the last, the way Prometheus's histogram_quantile does:
+// linear within the bucket, the lowest bucket starting at 0, the +Inf
+// bucket reported as the highest finite bound. It returns 0 for no
+// observations.
+func quantileOf(counts []int64, bounds []float64, q float64) float64 {
 	var total int64
 	for _, n := range counts {
 		total += n
@@ -363,14 +376,14 @@ func quantile(counts []int64, q float64) float64 {
 			seen += n
 			continue
 		}
-		if i == len(latencyBounds) {
-			return latencyBounds[len(latencyBounds)-1]
+		if i == len(bounds) {
+			return bounds[len(bounds)-1]
 		}
 		lower := 0.0
 		if i > 0 {
-			lower = latencyBounds[i-1]
+			lower = bounds[i-1]
 		}
-		return lower + (latencyBounds[i]-lower)*(rank-float64(seen))/float64(n)
+		return lower + (bounds[i]-lower)*(rank-float64(seen))/float64(n)
 	}
-	return latencyBounds[len(latencyBounds)-1]
+	return bounds[len(bounds)-1]
 }

@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"math"
+	"slices"
 	"runtime/metrics"
 	"sync"
 
@@ -73,28 +74,32 @@ func (c *schedLatency) Collect(ch chan<- prometheus.Metric) {
 // midpoints (the runtime keeps none); a bucket with an infinite edge
 // counts at its finite one.
 func rebucket(h *metrics.Float64Histogram, bounds []float64) (count uint64, sum float64, cumulative map[float64]uint64) {
-	perBound := make([]uint64, len(bounds))
-	for i, n := range h.Counts {
-		if n == 0 {
-			continue
-		}
-		lo, hi := h.Buckets[i], h.Buckets[i+1]
-		count += n
-		sum += float64(n) * midpoint(lo, hi)
-		for j, b := range bounds {
-			if hi <= b {
-				perBound[j] += n
-				break
-			}
-		}
-	}
+	perBound, sum := bucketCounts(h, bounds)
 	cumulative = make(map[float64]uint64, len(bounds))
 	var running uint64
 	for j, b := range bounds {
 		running += perBound[j]
 		cumulative[b] = running
 	}
-	return count, sum, cumulative
+	return running + perBound[len(bounds)], sum, cumulative
+}
+
+// bucketCounts sums a runtime histogram into one count per bound (each
+// runtime bucket under the first bound at or above its upper edge) and
+// one for what lies above the last bound, and estimates the sum from the
+// buckets' midpoints.
+func bucketCounts(h *metrics.Float64Histogram, bounds []float64) (perBound []uint64, sum float64) {
+	perBound = make([]uint64, len(bounds)+1)
+	for i, n := range h.Counts {
+		if n == 0 {
+			continue
+		}
+		lo, hi := h.Buckets[i], h.Buckets[i+1]
+		sum += float64(n) * midpoint(lo, hi)
+		j, _ := slices.BinarySearch(bounds, hi) // the first bound >= hi; len(bounds) when none
+		perBound[j] += n
+	}
+	return perBound, sum
 }
 
 func midpoint(lo, hi float64) float64 {
