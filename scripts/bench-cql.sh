@@ -25,33 +25,47 @@ section=$(mktemp)
 {
   echo "## Cold path on Cassandra"
   echo
-  echo "Every read misses the cache (memcached is flushed before each request):"
-  echo "a 500-URI \`GetPostRecords\` through sluice over gRPC (guard, cache miss,"
-  echo "one token-aware single-partition SELECT per URI at LOCAL_ONE, cache refill)"
-  echo "against the same 500 SELECTs made directly with gocql at the method's"
-  echo "concurrency (50), taking turns in the same run against the one Cassandra 5.0"
-  echo "node of the test scripts. The ratio is what sluice keeps of the driver's"
-  echo "throughput; absolute figures depend on the machine and its load. Per item,"
-  echo "sluice adds a memcached miss and refill, protobuf and gRPC encoding and the"
-  echo "guard's admission, and on this machine the benchmark's client, sluice and"
-  echo "the Cassandra JVM share the same cores."
+  echo "Every read misses the cache (memcached is flushed before each read that"
+  echo "goes through it): a 500-URI \`GetPostRecords\` through sluice over gRPC"
+  echo "(guard, cache miss, one token-aware single-partition SELECT per URI at"
+  echo "LOCAL_ONE, cache refill) against the same 500 SELECTs made directly with"
+  echo "gocql at the method's concurrency (50), taking turns in the same run"
+  echo "against the one Cassandra 5.0 node of the test scripts. The ratio is what"
+  echo "sluice keeps of the driver's throughput; absolute figures depend on the"
+  echo "machine and its load. On this machine the benchmark's client, sluice,"
+  echo "memcached and the Cassandra JVM share the same cores."
+  echo
+  echo "Two more readers take the same turns, to show which layer keeps what:"
+  echo "sluice's CQL store alone (\`store\`: its query slots, retry policy and"
+  echo "speculative attempt, at the same concurrency) and sluice's read path in"
+  echo "process (\`posts\`: the cache miss, the coalesced store reads and the"
+  echo "refill, without gRPC and the guard). Each reader goes first in turn."
   echo
   echo "Measured $(date -u +%Y-%m-%d) on $(nproc) cores ($(uname -m)), \`$CMD\`"
   echo "(run it with \`make bench\`):"
   echo
-  echo "| run | sluice items/s | gocql items/s | sluice/gocql |"
-  echo "|---|---|---|---|"
+  echo "| run | gocql items/s | store items/s | posts items/s | sluice items/s | store/gocql | posts/gocql | **sluice/gocql** |"
+  echo "|---|---|---|---|---|---|---|---|"
   awk '/^BenchmarkColdPathCQL/ {
-    n++; s=""; g=""; r=""
+    n++; g=""; st=""; p=""; s=""; rst=""; rp=""; r=""
     for (i = 1; i <= NF; i++) {
-      if ($(i+1) == "sluice-items/s") s = $i
       if ($(i+1) == "gocql-items/s") g = $i
+      if ($(i+1) == "store-items/s") st = $i
+      if ($(i+1) == "posts-items/s") p = $i
+      if ($(i+1) == "sluice-items/s") s = $i
+      if ($(i+1) == "store/gocql") rst = $i
+      if ($(i+1) == "posts/gocql") rp = $i
       if ($(i+1) == "sluice/gocql") r = $i
     }
-    printf "| %d | %s | %s | %s |\n", n, s, g, r
-    ss += s; gs += g; rs += r
+    printf "| %d | %s | %s | %s | %s | %s | %s | %s |\n", n, g, st, p, s, rst, rp, r
+    gs += g; sts += st; ps += p; ss += s; rsts += rst; rps += rp; rs += r
   }
-  END { if (n) printf "| mean | %.0f | %.0f | %.3f |\n", ss/n, gs/n, rs/n }' "$raw"
+  END { if (n) printf "| mean | %.0f | %.0f | %.0f | %.0f | %.3f | %.3f | **%.3f** |\n", gs/n, sts/n, ps/n, ss/n, rsts/n, rps/n, rs/n }' "$raw"
+  echo
+  echo "Target: sluice/gocql ≥ 0.8. The steps between the columns are what each"
+  echo "layer costs: the store's from gocql to \`store\`, the read path's (cache"
+  echo "miss, coalescing, refill) from \`store\` to \`posts\`, gRPC's and the"
+  echo "guard's (and the client's decoding) from \`posts\` to sluice."
   echo
 } >"$section"
 

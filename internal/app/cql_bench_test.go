@@ -16,6 +16,7 @@ import (
 
 	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
 	"github.com/sluice-dev/sluice/internal/guard/fanout"
+	"github.com/sluice-dev/sluice/internal/posts"
 	"github.com/sluice-dev/sluice/internal/store"
 	"github.com/sluice-dev/sluice/internal/store/cqlstore"
 	"github.com/sluice-dev/sluice/internal/store/cqlstore/cqltest"
@@ -27,50 +28,68 @@ import (
 const benchBatch = 500
 
 // BenchmarkColdPathCQL measures cold-path throughput on Cassandra: a
-// batch whose every URI misses the cache (memcached is flushed before each
-// request), read through sluice over gRPC, against the same batch read
-// directly with gocql — one token-aware single-partition SELECT per URI at
-// LOCAL_ONE, at the method's concurrency (50) — in the same run, taking
-// turns. It reports items/s of both and their ratio.
+// batch whose every URI misses the cache (memcached is flushed before
+// each read that goes through it), read through sluice over gRPC, against
+// the same batch read directly with gocql — one token-aware
+// single-partition SELECT per URI at LOCAL_ONE, at the method's
+// concurrency (50) — in the same run, taking turns. It reports items/s of
+// both and their ratio, and, to show which layer keeps what, the same
+// batch read at the same concurrency through two of sluice's layers
+// alone: its CQL store (query slots, retry policy, speculative attempt)
+// and its read path in process (cache miss, coalesced store reads,
+// refill; no gRPC, no guard).
 func BenchmarkColdPathCQL(b *testing.B) {
 	cfg := cqltest.Keyspace(b, "sluice_bench_cold")
 	mc := testenv.SharedMemcached(b)
-	srv, posts := startBenchServer(b, cfg, mc)
+	srv, a, seeded := startBenchServer(b, cfg, mc)
 	conc := getPolicy(b).Concurrency
 	direct := directSession(b, cfg)
 	flusher := memcache.New(mc)
 	ctx := metadata.AppendToOutgoingContext(b.Context(), "x-client-id", "bench")
-
-	var viaSluice, viaGocql time.Duration
+	readers := []coldReader{
+		{name: "gocql", read: func(uris []string) { readDirect(b, ctx, direct, uris, conc) }},
+		{name: "store", read: func(uris []string) { readStore(b, ctx, a.Store, uris, conc) }},
+		{name: "posts", cached: true, read: func(uris []string) { readPosts(b, ctx, a.Posts, uris, conc) }},
+		{name: "sluice", cached: true, read: func(uris []string) { readViaSluice(b, ctx, srv, uris) }},
+	}
+	took := make([]time.Duration, len(readers))
 	b.ResetTimer()
 	for i := range b.N {
-		uris := posts[(i*benchBatch)%len(posts):][:benchBatch]
-		b.StopTimer()
-		if err := flusher.FlushAll(); err != nil {
-			b.Fatalf("flush memcached: %v", err)
-		}
-		b.StartTimer()
-		sluiceFirst := i%2 == 0
-		for turn := range 2 {
-			start := time.Now()
-			if (turn == 0) == sluiceFirst {
-				readViaSluice(b, ctx, srv, uris)
-				viaSluice += time.Since(start)
-			} else {
-				readDirect(b, ctx, direct, uris, conc)
-				viaGocql += time.Since(start)
+		uris := seeded[(i*benchBatch)%len(seeded):][:benchBatch]
+		for turn := range readers {
+			k := (i + turn) % len(readers) // each reader goes first in turn
+			if readers[k].cached {
+				b.StopTimer()
+				if err := flusher.FlushAll(); err != nil {
+					b.Fatalf("flush memcached: %v", err)
+				}
+				b.StartTimer()
 			}
+			start := time.Now()
+			readers[k].read(uris)
+			took[k] += time.Since(start)
 		}
 	}
 	items := float64(b.N * benchBatch)
-	b.ReportMetric(items/viaSluice.Seconds(), "sluice-items/s")
-	b.ReportMetric(items/viaGocql.Seconds(), "gocql-items/s")
-	b.ReportMetric(viaGocql.Seconds()/viaSluice.Seconds(), "sluice/gocql")
+	for k, r := range readers {
+		b.ReportMetric(items/took[k].Seconds(), r.name+"-items/s")
+		if k > 0 {
+			b.ReportMetric(took[0].Seconds()/took[k].Seconds(), r.name+"/gocql")
+		}
+	}
+}
+
+// coldReader is one way BenchmarkColdPathCQL reads a batch; cached ones
+// go through memcached, which is flushed before each of their reads.
+type coldReader struct {
+	name   string
+	cached bool
+	read   func(uris []string)
 }
 
 // startBenchServer serves cfg's keyspace through a real sluice with
 // memcached at mc, after writing the posts it returns the URIs of.
-func startBenchServer(b *testing.B, cfg cqlstore.Config, mc string) (sluicev1.PostRecordsClient, []string) {
+func startBenchServer(b *testing.B, cfg cqlstore.Config, mc string) (sluicev1.PostRecordsClient, *App, []string) {
 	b.Helper()
 	c := DefaultConfig()
 	c.GRPCAddr, c.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
@@ -97,7 +116,7 @@ func startBenchServer(b *testing.B, cfg cqlstore.Config, mc string) (sluicev1.Po
 		<-served
 		a.Close()
 	})
-	return sluicev1.NewPostRecordsClient(conn), uris
+	return sluicev1.NewPostRecordsClient(conn), a, uris
 }
 
 func seedBench(b *testing.B, st store.Store, n int) []string {
@@ -141,6 +160,29 @@ func readViaSluice(b *testing.B, ctx context.Context, c sluicev1.PostRecordsClie
 		if !r.GetFound() {
 			b.Fatalf("sluice: %s not found", uris[i])
 		}
+	}
+}
+
+// readStore reads uris with sluice's CQL store, conc at once.
+func readStore(b *testing.B, ctx context.Context, st store.Store, uris []string, conc int) {
+	err := fanout.Each(fanout.WithLimit(ctx, conc), len(uris), func(ctx context.Context, i int) error {
+		_, err := st.Get(ctx, uris[i])
+		return err
+	})
+	if err != nil {
+		b.Fatalf("store: %v", err)
+	}
+}
+
+// readPosts reads uris through sluice's read path in process, with the
+// fan-out limit the guard gives a request of the method.
+func readPosts(b *testing.B, ctx context.Context, p *posts.Service, uris []string, conc int) {
+	answers, counts, err := p.GetEncoded(fanout.WithLimit(ctx, conc), uris)
+	if err != nil {
+		b.Fatalf("posts: %v", err)
+	}
+	if answers.Len() != len(uris) || counts.FromStore != len(uris) {
+		b.Fatalf("posts: %d answers for %d URIs, %d read from the store (want all: the cache was flushed, every URI is stored)", answers.Len(), len(uris), counts.FromStore)
 	}
 }
 
