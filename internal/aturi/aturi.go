@@ -38,6 +38,58 @@ var (
 
 // Parse parses s as a record AT-URI.
 func Parse(s string) (URI, error) {
+	u, err := split(s)
+	if err != nil {
+		return URI{}, err
+	}
+	if err := checkDID(u.DID); err != nil {
+		return URI{}, err
+	}
+	if err := checkNSID(u.Collection); err != nil {
+		return URI{}, err
+	}
+	if err := checkRKey(u.RKey); err != nil {
+		return URI{}, err
+	}
+	return u, nil
+}
+
+// ParseIn parses s and requires its collection to be collection, which
+// must be a valid NSID (every caller passes one of the package's
+// constants). It fails as Parse would, checked in the same order, and
+// then for the collection; but a URI in collection does not have its
+// NSID checked again, since collection is valid: the read path parses
+// every URI of every batch through here.
+func ParseIn(s, collection string) (URI, error) {
+	u, err := split(s)
+	if err != nil {
+		return URI{}, err
+	}
+	if err := checkDID(u.DID); err != nil {
+		return URI{}, err
+	}
+	inCollection := u.Collection == collection
+	if !inCollection {
+		if err := checkNSID(u.Collection); err != nil {
+			return URI{}, err
+		}
+	}
+	if err := checkRKey(u.RKey); err != nil {
+		return URI{}, err
+	}
+	if !inCollection {
+		return URI{}, fmt.Errorf("%w: collection is %q, want %q", ErrCollection, u.Collection, collection)
+	}
+	return u, nil
+}
+
+// CheckCollection reports whether nsid is a valid collection NSID, the
+// middle part of a record AT-URI.
+func CheckCollection(nsid string) error { return checkNSID(nsid) }
+
+// split checks s's length and shape, at://<did>/<collection>/<rkey>, and
+// cuts it into its parts, unchecked.
+func split(s string) (URI, error) {
 	if len(s) > MaxLength {
 		return URI{}, fmt.Errorf("%w: %d bytes, over %d", ErrSyntax, len(s), MaxLength)
 	}
@@ -51,27 +103,6 @@ func Parse(s string) (URI, error) {
 	var u URI
 	u.DID, rest, _ = strings.Cut(rest, "/")
 	u.Collection, u.RKey, _ = strings.Cut(rest, "/")
-	if err := checkDID(u.DID); err != nil {
-		return URI{}, err
-	}
-	if err := checkNSID(u.Collection); err != nil {
-		return URI{}, err
-	}
-	if err := checkRKey(u.RKey); err != nil {
-		return URI{}, err
-	}
-	return u, nil
-}
-
-// ParseIn parses s and requires its collection to be collection.
-func ParseIn(s, collection string) (URI, error) {
-	u, err := Parse(s)
-	if err != nil {
-		return URI{}, err
-	}
-	if u.Collection != collection {
-		return URI{}, fmt.Errorf("%w: collection is %q, want %q", ErrCollection, u.Collection, collection)
-	}
 	return u, nil
 }
 

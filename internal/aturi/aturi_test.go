@@ -2,6 +2,7 @@ package aturi
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -56,6 +57,34 @@ func TestParseIn(t *testing.T) {
 	}
 	if _, err := ParseIn(like, "app.bsky.feed.like"); err != nil {
 		t.Fatalf("ParseIn(like, like) = %v", err)
+	}
+}
+
+// TestParseInFailsAsParseDoes holds ParseIn, which skips the NSID check
+// of a URI in the collection asked for, to Parse followed by the
+// collection check: the same URIs accepted, the same first error.
+func TestParseInFailsAsParseDoes(t *testing.T) {
+	for _, s := range []string{
+		"at://" + validDID + "/app.bsky.feed.post/3k2",
+		"at://" + validDID + "/app.bsky.feed.like/3k2",
+		"at://" + validDID + "/app..post/3k2",
+		"at://" + validDID + "/app.bsky.feed.post/bad rkey",
+		"at://" + validDID + "/app..post/bad rkey",
+		"at://" + validDID + "/app.bsky.feed.like/bad rkey",
+		"at://did:plc:short/app.bsky.feed.post/3k2",
+		"at://did:plc:short/app..post/3k2",
+		"at://" + validDID + "/app.bsky.feed.post",
+		"http://" + validDID + "/app.bsky.feed.post/3k2",
+		"at://" + validDID + "/app.bsky.feed.post/" + strings.Repeat("k", MaxLength),
+	} {
+		got, gotErr := ParseIn(s, PostCollection)
+		want, wantErr := Parse(s)
+		if wantErr == nil && want.Collection != PostCollection {
+			want, wantErr = URI{}, fmt.Errorf("%w: collection is %q, want %q", ErrCollection, want.Collection, PostCollection)
+		}
+		if got != want || fmt.Sprint(gotErr) != fmt.Sprint(wantErr) {
+			t.Errorf("ParseIn(%.60q) = %+v, %v; Parse then the collection check: %+v, %v", s, got, gotErr, want, wantErr)
+		}
 	}
 }
 

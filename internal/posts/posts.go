@@ -86,8 +86,13 @@ type WriteLimits struct {
 func DefaultWriteLimits() WriteLimits { return WriteLimits{MaxRecordBytes: 64 << 10} }
 
 // New returns a Service for records of collection (an NSID such as
-// app.bsky.feed.post).
+// app.bsky.feed.post). It panics if collection is not a valid NSID: the
+// read path checks URIs against it with aturi.ParseIn, which takes it as
+// valid.
 func New(collection string, c Cache, s store.Store, limits WriteLimits, opts ...Option) *Service {
+	if err := aturi.CheckCollection(collection); err != nil {
+		panic(fmt.Sprintf("posts: collection %q: %v", collection, err))
+	}
 	if limits.MaxRecordBytes <= 0 {
 		limits = DefaultWriteLimits()
 	}

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -389,4 +391,15 @@ func TestGetEncodedRepeatedURIs(t *testing.T) {
 			t.Errorf("pass %d: counts %+v, want the 3 distinct URIs read once each", pass, counts)
 		}
 	}
+}
+
+// The read path takes the service's collection as a valid NSID
+// (aturi.ParseIn), so a service cannot be made for one that is not.
+func TestNewRefusesAnInvalidCollection(t *testing.T) {
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "app..post") {
+			t.Errorf("New with collection app..post: panic %v, want one naming it", r)
+		}
+	}()
+	New("app..post", nil, nil, WriteLimits{})
 }

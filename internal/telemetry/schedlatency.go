@@ -2,8 +2,8 @@ package telemetry
 
 import (
 	"math"
-	"slices"
 	"runtime/metrics"
+	"slices"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
