@@ -18,7 +18,8 @@
 // TTL after the shared-cache read that fetched it began, however long that
 // read took, so Horizon bounds how long any replica may answer a value the
 // shared cache no longer holds. It knows nothing of records: keys are
-// URIs, values cache.Entry.
+// URIs (held under their 64-bit hash, with the URI beside the entry to
+// tell two that share one apart), values cache.Entry.
 package nearcache
 
 import (
@@ -99,7 +100,7 @@ type Cache struct {
 	shared Shared
 	ttl    time.Duration
 	check  func(key string, e cache.Entry) bool // nil: keep every entry, unchecked
-	mem    *otter.Cache[string, held]           // nil when off
+	mem    *otter.Cache[uint64, held]           // by the key's hash; nil when off
 	counts *stats.Counter
 	// overflows counts entries evicted for the byte cap.
 	overflows atomic.Uint64
@@ -148,13 +149,13 @@ func New(cfg Config, shared Shared, opts ...Option) (*Cache, error) {
 		return c, nil
 	}
 	c.counts = stats.NewCounter()
-	mem, err := otter.New(&otter.Options[string, held]{
+	mem, err := otter.New(&otter.Options[uint64, held]{
 		MaximumWeight:    uint64(cfg.MaxBytes),
 		Weigher:          weigh,
-		ExpiryCalculator: otter.ExpiryWriting[string, held](cfg.TTL),
+		ExpiryCalculator: otter.ExpiryWriting[uint64, held](cfg.TTL),
 		StatsRecorder:    c.counts,
-		OnAtomicDeletion: func(e otter.DeletionEvent[string, held]) {
-			c.held[c.hash(e.Key)%heldSlots].Add(-1)
+		OnAtomicDeletion: func(e otter.DeletionEvent[uint64, held]) {
+			c.held[e.Key%heldSlots].Add(-1)
 			if e.Cause == otter.CauseOverflow {
 				c.overflows.Add(1)
 			}
@@ -171,15 +172,20 @@ func New(cfg Config, shared Shared, opts ...Option) (*Cache, error) {
 	return c, nil
 }
 
-// held is an entry with the time the shared-cache read that returned it
-// began: it is answered only until TTL after that.
+// held is an entry, the URI it is for and the time the shared-cache read
+// that returned it began: it is answered only until TTL after that. It is
+// kept under the URI's hash, which makes a lookup hash the URI once and
+// compare it once; a held entry whose URI is not the one asked for (two
+// URIs with one 64-bit hash) is a miss, and the later of the two replaces
+// the other.
 type held struct {
+	uri    string
 	entry  cache.Entry
 	readAt time.Time
 }
 
-func weigh(key string, h held) uint32 {
-	return uint32(min(len(key)+len(h.entry.Value)+entryOverhead, 1<<31))
+func weigh(_ uint64, h held) uint32 {
+	return uint32(min(len(h.uri)+len(h.entry.Value)+entryOverhead, 1<<31))
 }
 
 // Horizon is how long after a key's shared-cache entry was invalidated a
@@ -263,11 +269,15 @@ func (c *Cache) Get(ctx context.Context, uri string) (cache.Entry, bool) {
 // TTL before now; otherwise it returns what the shared-cache read that
 // follows needs (miss).
 func (c *Cache) lookup(uri string, now time.Time) (cache.Entry, bool, miss) {
-	hash := c.hash(uri)
+	return c.lookupHashed(uri, c.hash(uri), now)
+}
+
+// lookupHashed is lookup of uri, whose hash is hash.
+func (c *Cache) lookupHashed(uri string, hash uint64, now time.Time) (cache.Entry, bool, miss) {
 	if c.held[hash%heldSlots].Load() == 0 {
 		return cache.Entry{}, false, miss{hash: hash, before: c.gen(hash).Load(), unheld: true}
 	}
-	if h, ok := c.mem.GetIfPresent(uri); ok && now.Sub(h.readAt) < c.ttl {
+	if h, ok := c.mem.GetIfPresent(hash); ok && h.uri == uri && now.Sub(h.readAt) < c.ttl {
 		return h.entry, true, miss{}
 	}
 	return cache.Entry{}, false, miss{hash: hash, before: c.gen(hash).Load()}
@@ -278,7 +288,7 @@ func (c *Cache) lookup(uri string, now time.Time) (cache.Entry, bool, miss) {
 // returns it as kept.
 func (c *Cache) consider(uri string, e cache.Entry, now time.Time, m miss) cache.Entry {
 	if c.admit(m.hash) && c.accepts(uri, &e) {
-		c.keep(uri, held{entry: e, readAt: now}, m)
+		c.keep(held{uri: uri, entry: e, readAt: now}, m)
 	}
 	return e
 }
@@ -304,19 +314,19 @@ type miss struct {
 	unheld       bool
 }
 
-// keep stores e unless an invalidation of uri began after the read that
-// returned e did. Checking after the store closes the race with an
+// keep stores h unless an invalidation of its URI began after the read
+// that returned it did. Checking after the store closes the race with an
 // Invalidate between the check and the store: either this check sees the
 // counter moved, or that Invalidate's delete comes after this store.
-func (c *Cache) keep(uri string, h held, m miss) {
+func (c *Cache) keep(h held, m miss) {
 	g := c.gen(m.hash)
 	if g.Load() != m.before {
 		return
 	}
 	c.held[m.hash%heldSlots].Add(1) // before the store, so a reader never skips a held entry
-	c.mem.Set(uri, h)
+	c.mem.Set(m.hash, h)
 	if g.Load() != m.before {
-		c.mem.Invalidate(uri)
+		c.mem.Invalidate(m.hash)
 	}
 }
 
@@ -345,8 +355,9 @@ func (c *Cache) Forget(uris []string) {
 		return
 	}
 	for _, uri := range uris {
-		c.gen(c.hash(uri)).Add(1)
-		c.mem.Invalidate(uri)
+		hash := c.hash(uri)
+		c.gen(hash).Add(1)
+		c.mem.Invalidate(hash)
 	}
 }
 

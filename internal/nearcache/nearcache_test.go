@@ -147,10 +147,30 @@ func TestBytesStayUnderTheCap(t *testing.T) {
 
 func heldBytes(c *Cache) int {
 	n := 0
-	for k, e := range c.mem.All() {
-		n += len(k) + len(e.entry.Value)
+	for _, e := range c.mem.All() {
+		n += len(e.uri) + len(e.entry.Value)
 	}
 	return n
+}
+
+// Two URIs whose hashes collide share one slot in memory: each is
+// answered only with its own entry, a miss while the other holds the
+// slot.
+func TestHashCollisionIsAMiss(t *testing.T) {
+	ctx := testContext(t)
+	shared := sharedCache(t)
+	near := newNear(t, Config{TTL: MaxTTL, MaxBytes: 1 << 20}, shared)
+	uris := uniqueURIs(t, 2)
+	shared.Fill(ctx, map[string]cache.Entry{uris[0]: {Value: []byte("first")}, uris[1]: {Value: []byte("second")}})
+	getMulti(near, ctx, uris[:1])
+	getMulti(near, ctx, uris[:1]) // held now
+	// uris[1] looked up under uris[0]'s hash finds an entry for another URI.
+	if _, ok, _ := near.lookupHashed(uris[1], near.hash(uris[0]), time.Now()); ok {
+		t.Fatal("an entry held for one URI answered another with the same hash")
+	}
+	if e, ok, _ := near.lookupHashed(uris[0], near.hash(uris[0]), time.Now()); !ok || string(e.Value) != "first" {
+		t.Fatalf("the held URI itself: %q, %v; want first, true", e.Value, ok)
+	}
 }
 
 // gatedShared holds a read (Lookup or Get) after the shared cache
@@ -276,7 +296,7 @@ func TestInvalidateForgetsWhenMemcachedIsDown(t *testing.T) {
 	shared.Fill(ctx, map[string]cache.Entry{uri[0]: {Value: []byte("old")}})
 	getMulti(near, ctx, uri)
 	getMulti(near, ctx, uri) // the second answer passes the doorkeeper
-	if _, ok := near.mem.GetIfPresent(uri[0]); !ok {
+	if _, ok := near.mem.GetIfPresent(near.hash(uri[0])); !ok {
 		t.Fatal("the entry read from memcached is not held in memory")
 	}
 	mc.Stop()
@@ -298,11 +318,11 @@ func TestDoorkeeperStoresOnTheSecondAnswer(t *testing.T) {
 	uri := uniqueURIs(t, 1)
 	shared.Fill(ctx, map[string]cache.Entry{uri[0]: {Value: []byte("v")}})
 	getMulti(near, ctx, uri)
-	if _, ok := near.mem.GetIfPresent(uri[0]); ok {
+	if _, ok := near.mem.GetIfPresent(near.hash(uri[0])); ok {
 		t.Fatal("a key answered once by the shared cache was stored")
 	}
 	getMulti(near, ctx, uri)
-	if _, ok := near.mem.GetIfPresent(uri[0]); !ok {
+	if _, ok := near.mem.GetIfPresent(near.hash(uri[0])); !ok {
 		t.Fatal("a key answered twice by the shared cache was not stored")
 	}
 
