@@ -37,9 +37,13 @@ section=$(mktemp)
   echo
   echo "Two more readers take the same turns, to show which layer keeps what:"
   echo "sluice's CQL store alone (\`store\`: its query slots, retry policy and"
-  echo "speculative attempt, at the same concurrency) and sluice's read path in"
-  echo "process (\`posts\`: the cache miss, the coalesced store reads and the"
-  echo "refill, without gRPC and the guard). Each reader goes first in turn."
+  echo "speculative attempt, all 500 at fan-out 50) and sluice's read path in"
+  echo "process (\`posts\`: the near and shared cache miss, the coalesced and"
+  echo "instrumented store reads and the refill, all 500 at fan-out 50, without"
+  echo "gRPC and the guard). Through gRPC the guard serves the batch as it serves"
+  echo "any 500-URI batch by default: in 5 pieces of 100 (\`piece_items\`), two"
+  echo "at a time, each with its own cache lookup, fan-out of 50 and refill."
+  echo "Each reader goes first in turn, after a garbage collection."
   echo
   echo "Measured $(date -u +%Y-%m-%d) on $(nproc) cores ($(uname -m)), \`$CMD\`"
   echo "(run it with \`make bench\`):"
@@ -63,9 +67,10 @@ section=$(mktemp)
   END { if (n) printf "| mean | %.0f | %.0f | %.0f | %.0f | %.3f | %.3f | **%.3f** |\n", gs/n, sts/n, ps/n, ss/n, rsts/n, rps/n, rs/n }' "$raw"
   echo
   echo "Target: sluice/gocql ≥ 0.8. The steps between the columns are what each"
-  echo "layer costs: the store's from gocql to \`store\`, the read path's (cache"
-  echo "miss, coalescing, refill) from \`store\` to \`posts\`, gRPC's and the"
-  echo "guard's (and the client's decoding) from \`posts\` to sluice."
+  echo "layer costs: the store's from gocql to \`store\`; the read path's (cache"
+  echo "miss, coalescing, store metrics, refill) from \`store\` to \`posts\`;"
+  echo "from \`posts\` to sluice, gRPC's, the guard's (serving in pieces among"
+  echo "it) and the client's decoding."
   echo
 } >"$section"
 

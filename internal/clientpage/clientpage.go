@@ -4,9 +4,9 @@
 // reason, items requested, requests/s, batch size, p50/p99 latency,
 // errors, rejections, cache hit ratio; sortable, the most items served
 // first), a status line for the process (goroutines, threads, the Go
-// scheduler's wait, admission and memory), and small live charts of the
-// last minute, refreshed by the page itself from the JSON form of the
-// same handler.
+// scheduler's wait, admission), a line for its memory budget, and small
+// live charts of the last minute, refreshed by the page itself from the
+// JSON form of the same handler.
 //
 // Everything the page needs — template, script, styles — is embedded in
 // the binary; it loads nothing from elsewhere. The package only renders:

@@ -18,7 +18,7 @@ func (f *fakeSource) Snapshot(window int) telemetry.ClientsSnapshot {
 	f.window = window
 	return telemetry.ClientsSnapshot{
 		At: time.Unix(1_700_000_000, 0), WindowSeconds: window, Goroutines: 42, OSThreads: 9,
-		SchedWait: &telemetry.SchedWait{Seconds: window, P50Ms: 0.05, P99Ms: 2.875},
+		SchedWait: &telemetry.SchedWait{Seconds: min(window, 12), P50Ms: 0.05, P99Ms: 2.875},
 		Clients: []telemetry.ClientRow{
 			{Client: "bulk", ItemsPerSec: 1800, RequestsPerSec: 2, MeanBatch: 900, CacheHitRatio: 0.5, Requests: 20, Items: 18000,
 				ServedItemsPerSec: 900, ServedShare: 0.75, RefusedItemsPerSec: 900, RefusedByReason: map[string]float64{"shape": 800, "quota": 100, "overload": 0}},
@@ -42,6 +42,8 @@ func TestHandler(t *testing.T) {
 	}{
 		{"html", "/clients", "text/html", 200, "text/html; charset=utf-8", DefaultWindow,
 			[]string{`<td class="client">bulk</td><td>900.0</td><td>75.0%</td><td>900.0</td><td>shape 800.0, quota 100.0</td><td>1800.0</td>`, `<td>–</td>`, `&lt;feed&gt;`, `50.0%`, `fetch("/clients.json"`, `goroutines <b id="goroutines">42</b>`, `Go scheduler wait p99 <b id="schedp99">2.88 ms</b>`}},
+		{"html, a span other than the window", "/clients?window=30", "text/html", 200, "text/html; charset=utf-8", 30,
+			[]string{`Go scheduler wait p99 <b id="schedp99">2.88 ms (over 12 s)</b>`}},
 		{"json by path", "/clients.json", "", 200, "application/json", DefaultWindow, []string{`"client":"bulk"`, `"items_per_sec":1800`, `"sched_wait":{"seconds":10,"p50_ms":0.05,"p99_ms":2.875}`}},
 		{"json by accept", "/clients?window=30", "application/json", 200, "application/json", 30, []string{`"window_seconds":30`}},
 		{"bad window", "/clients?window=600", "", 400, "text/plain; charset=utf-8", 0, []string{`from 1 to 59`}},

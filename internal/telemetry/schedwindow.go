@@ -70,18 +70,20 @@ func (w *schedWindow) observe(now int64) {
 	w.newest.Store(now)
 }
 
-// over returns the scheduler's queue between second now's reading and
-// the newest reading at least window seconds older (the oldest one kept,
-// when none is); false when there are not two readings to compare.
+// over returns the scheduler's queue between the newest reading at or
+// before now (second now's own, unless a later second's was taken first)
+// and the newest reading at least window seconds before that one (the
+// oldest one kept, when none is); false when there are not two readings
+// to compare.
 func (w *schedWindow) over(now int64, window int) (SchedWait, bool) {
 	w.observe(now)
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	last := w.ring[now%historySeconds]
-	if last.unix != now {
+	last, ok := w.newestAtOrBefore(now)
+	if !ok {
 		return SchedWait{}, false
 	}
-	first, ok := w.baseline(now, window)
+	first, ok := w.baseline(last.unix, window)
 	if !ok {
 		return SchedWait{}, false
 	}
@@ -90,14 +92,25 @@ func (w *schedWindow) over(now int64, window int) (SchedWait, bool) {
 		diff[i] = last.counts[i] - first.counts[i]
 	}
 	return SchedWait{
-		Seconds: int(now - first.unix),
+		Seconds: int(last.unix - first.unix),
 		P50Ms:   quantileOf(diff, schedLatencyBounds, 0.5) * 1000,
 		P99Ms:   quantileOf(diff, schedLatencyBounds, 0.99) * 1000,
 	}, true
 }
 
-// baseline is the reading the window starts from: the newest one at
-// least window seconds before now, else the oldest one after that.
+// newestAtOrBefore is the newest reading of the last minute up to now.
+func (w *schedWindow) newestAtOrBefore(now int64) (schedReading, bool) {
+	for ago := int64(0); ago < historySeconds; ago++ {
+		if r := w.ring[(now-ago)%historySeconds]; r.unix == now-ago {
+			return r, true
+		}
+	}
+	return schedReading{}, false
+}
+
+// baseline is the reading the window ending at now starts from: the
+// newest one at least window seconds before now, else the oldest one
+// after that.
 func (w *schedWindow) baseline(now int64, window int) (schedReading, bool) {
 	for ago := int64(window); ago < historySeconds; ago++ {
 		if r := w.ring[(now-ago)%historySeconds]; r.unix == now-ago {

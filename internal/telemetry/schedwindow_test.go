@@ -54,11 +54,36 @@ func TestSchedWindowNeedsTwoSeconds(t *testing.T) {
 	if got, ok := w.over(100, 10); ok {
 		t.Errorf("one reading gave %+v; want none", got)
 	}
-	// A reading left from a minute ago is not this one.
-	w.ring[160%historySeconds] = reading(100, 1, 1)
+}
+
+// A slot of the ring still holding the reading of a minute ago is not
+// this second's: the window ends at the newest reading of the last
+// minute.
+func TestSchedWindowSkipsAStaleSlot(t *testing.T) {
+	w := newSchedWindow()
+	w.ring[150%historySeconds] = reading(150, 10, 0)
+	w.ring[155%historySeconds] = reading(155, 20, 0)
+	w.ring[160%historySeconds] = reading(100, 70, 50) // second 100's, left in 160's slot
 	w.newest.Store(160)
-	if got, ok := w.over(160, 10); ok {
-		t.Errorf("a stale slot gave %+v; want none", got)
+	got, ok := w.over(160, 5)
+	if !ok || got.Seconds != 5 || got.P99Ms > 0.01 {
+		t.Errorf("window ending at 160 (no reading since 155): %+v, %v; want 150 to 155, 5 s, every wait under 8 µs", got, ok)
+	}
+}
+
+// Requests recorded take the readings: with no snapshot in between, the
+// window spans the seconds requests came in.
+func TestRecordedRequestsTakeSchedulerReadings(t *testing.T) {
+	c := newClientStats(func(s string) string { return s })
+	now := time.Unix(1_800_000_000, 0)
+	c.now = func() time.Time { return now }
+	c.finished("feed", 1, false, time.Millisecond)
+	now = now.Add(3 * time.Second)
+	c.finished("feed", 1, false, time.Millisecond)
+	c.sched.newest.Store(now.Unix() + 1) // the snapshot must not take a reading of its own
+	snap := c.Snapshot(10)
+	if snap.SchedWait == nil || snap.SchedWait.Seconds != 3 {
+		t.Fatalf("scheduler wait %+v; want one over the 3 s between the two requests", snap.SchedWait)
 	}
 }
 
