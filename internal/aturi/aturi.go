@@ -37,47 +37,20 @@ var (
 )
 
 // Parse parses s as a record AT-URI.
-func Parse(s string) (URI, error) {
-	u, err := split(s)
-	if err != nil {
-		return URI{}, err
-	}
-	if err := checkDID(u.DID); err != nil {
-		return URI{}, err
-	}
-	if err := checkNSID(u.Collection); err != nil {
-		return URI{}, err
-	}
-	if err := checkRKey(u.RKey); err != nil {
-		return URI{}, err
-	}
-	return u, nil
-}
+func Parse(s string) (URI, error) { return parse(s, "") }
 
 // ParseIn parses s and requires its collection to be collection, which
 // must be a valid NSID (every caller passes one of the package's
-// constants). It fails as Parse would, checked in the same order, and
-// then for the collection; but a URI in collection does not have its
-// NSID checked again, since collection is valid: the read path parses
-// every URI of every batch through here.
+// constants). It fails as Parse would, in the same order, and then for
+// the collection; a URI in collection does not have its NSID checked
+// again, since collection is valid: the read path parses every URI of
+// every batch through here.
 func ParseIn(s, collection string) (URI, error) {
-	u, err := split(s)
+	u, err := parse(s, collection)
 	if err != nil {
 		return URI{}, err
 	}
-	if err := checkDID(u.DID); err != nil {
-		return URI{}, err
-	}
-	inCollection := u.Collection == collection
-	if !inCollection {
-		if err := checkNSID(u.Collection); err != nil {
-			return URI{}, err
-		}
-	}
-	if err := checkRKey(u.RKey); err != nil {
-		return URI{}, err
-	}
-	if !inCollection {
+	if u.Collection != collection {
 		return URI{}, fmt.Errorf("%w: collection is %q, want %q", ErrCollection, u.Collection, collection)
 	}
 	return u, nil
@@ -87,9 +60,9 @@ func ParseIn(s, collection string) (URI, error) {
 // middle part of a record AT-URI.
 func CheckCollection(nsid string) error { return checkNSID(nsid) }
 
-// split checks s's length and shape, at://<did>/<collection>/<rkey>, and
-// cuts it into its parts, unchecked.
-func split(s string) (URI, error) {
+// parse parses s as a record AT-URI, without checking again the NSID of
+// a collection equal to known, a valid one ("" for none).
+func parse(s, known string) (URI, error) {
 	if len(s) > MaxLength {
 		return URI{}, fmt.Errorf("%w: %d bytes, over %d", ErrSyntax, len(s), MaxLength)
 	}
@@ -103,6 +76,17 @@ func split(s string) (URI, error) {
 	var u URI
 	u.DID, rest, _ = strings.Cut(rest, "/")
 	u.Collection, u.RKey, _ = strings.Cut(rest, "/")
+	if err := checkDID(u.DID); err != nil {
+		return URI{}, err
+	}
+	if known == "" || u.Collection != known {
+		if err := checkNSID(u.Collection); err != nil {
+			return URI{}, err
+		}
+	}
+	if err := checkRKey(u.RKey); err != nil {
+		return URI{}, err
+	}
 	return u, nil
 }
 

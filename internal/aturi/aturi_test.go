@@ -34,6 +34,7 @@ func TestParse(t *testing.T) {
 		{name: "memcached command", in: "get foo\r\n", wantErr: ErrSyntax},
 		{name: "query string", in: "at://" + validDID + "/app.bsky.feed.post/3k2?x=1", wantErr: ErrSyntax},
 		{name: "bad nsid", in: "at://" + validDID + "/post/3k2", wantErr: ErrSyntax},
+		{name: "empty collection", in: "at://" + validDID + "//3k2", wantErr: ErrSyntax},
 		{name: "nsid with dash in name", in: "at://" + validDID + "/app.bsky.feed-post/3k2", wantErr: ErrSyntax},
 		{name: "too long", in: "at://" + validDID + "/app.bsky.feed.post/" + strings.Repeat("a", MaxLength), wantErr: ErrSyntax},
 		{name: "empty", in: "", wantErr: ErrSyntax},

@@ -46,11 +46,11 @@ const MaxWindow = 59
 var pageHTML string
 
 var page = template.Must(template.New("clients").Funcs(template.FuncMap{
-	"f1":      func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) },
-	"f2":      func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) },
-	"pct":     percent,
-	"reasons": reasons,
-	"mib":     func(b int64) string { return strconv.FormatFloat(float64(b)/(1<<20), 'f', 1, 64) + " MiB" },
+	"f1":        func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) },
+	"pct":       percent,
+	"reasons":   reasons,
+	"schedWait": schedWait,
+	"mib":       func(b int64) string { return strconv.FormatFloat(float64(b)/(1<<20), 'f', 1, 64) + " MiB" },
 }).Parse(pageHTML))
 
 // Handler serves the page as HTML, or as JSON when the path ends in .json
@@ -117,6 +117,19 @@ func reasons(byReason map[string]float64) string {
 		return "–"
 	}
 	return strings.Join(parts, ", ")
+}
+
+// schedWait is the scheduler wait's p99 as the page's script writes it:
+// "2.88 ms", with the span when it is not the window, or "–".
+func schedWait(w *telemetry.SchedWait, window int) string {
+	if w == nil {
+		return "–"
+	}
+	s := strconv.FormatFloat(w.P99Ms, 'f', 2, 64) + " ms"
+	if w.Seconds != window {
+		s += " (over " + strconv.Itoa(w.Seconds) + " s)"
+	}
+	return s
 }
 
 func percent(ratio float64) string {

@@ -101,7 +101,7 @@ func (w *schedWindow) over(now int64, window int) (SchedWait, bool) {
 // newestAtOrBefore is the newest reading of the last minute up to now.
 func (w *schedWindow) newestAtOrBefore(now int64) (schedReading, bool) {
 	for ago := int64(0); ago < historySeconds; ago++ {
-		if r := w.ring[(now-ago)%historySeconds]; r.unix == now-ago {
+		if r, ok := w.at(now - ago); ok {
 			return r, true
 		}
 	}
@@ -113,14 +113,20 @@ func (w *schedWindow) newestAtOrBefore(now int64) (schedReading, bool) {
 // after that.
 func (w *schedWindow) baseline(now int64, window int) (schedReading, bool) {
 	for ago := int64(window); ago < historySeconds; ago++ {
-		if r := w.ring[(now-ago)%historySeconds]; r.unix == now-ago {
+		if r, ok := w.at(now - ago); ok {
 			return r, true
 		}
 	}
 	for ago := int64(window) - 1; ago >= 1; ago-- {
-		if r := w.ring[(now-ago)%historySeconds]; r.unix == now-ago {
+		if r, ok := w.at(now - ago); ok {
 			return r, true
 		}
 	}
 	return schedReading{}, false
+}
+
+// at is second unix's reading, if the ring still holds one.
+func (w *schedWindow) at(unix int64) (schedReading, bool) {
+	r := w.ring[unix%historySeconds]
+	return r, r.unix == unix
 }
