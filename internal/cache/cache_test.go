@@ -263,6 +263,7 @@ func TestWaitIsBoundedByDeadline(t *testing.T) {
 	defer stalled.Close()
 	c := newCache(t, []string{stalled.Addr().String()}, func(cfg *Config) {
 		cfg.MaxConnsPerServer = 1
+		cfg.SingleGetsInFlight = 2 // the second read waits for the connection, not for the first read's get
 		cfg.BreakerFailures = 1
 		cfg.Timeout = 2 * time.Second
 	})

@@ -35,8 +35,10 @@ type Config struct {
 	// SingleGetsInFlight is the most single-key gets one server has out
 	// at once. Single-key reads that arrive while that many are out wait
 	// for the first to return, then go out together as one multi-get
-	// (each key once). Default 4; at max_conns_per_server or more, reads
-	// wait for a connection instead of for one another.
+	// (each key once). Default 1: under load every single-key read but
+	// the first waits at most one round trip and shares the next one; at
+	// max_conns_per_server or more, reads wait for a connection instead
+	// of for one another.
 	SingleGetsInFlight int `yaml:"single_gets_in_flight"`
 	// BreakerFailures is how many consecutive failures open a server's
 	// breaker. Default 5.
@@ -56,7 +58,7 @@ func DefaultConfig() Config {
 		NegativeTTL:        30 * time.Second,
 		TombstoneTTL:       3 * time.Second,
 		MaxKeysPerGet:      100,
-		SingleGetsInFlight: 4,
+		SingleGetsInFlight: 1,
 		BreakerFailures:    5,
 		BreakerCoolDown:    time.Second,
 	}
