@@ -242,6 +242,7 @@ func peerReport(w io.Writer, outs []peerOutcome, conc int, d time.Duration, roun
 			}
 		}
 	}
+	// Three decimals: a ratio just under its target must not print as the target.
 	fmt.Fprintf(w, "\nTargets:\n\n")
 	for _, o := range outs {
 		s, p := o.sluice, o.peer
@@ -249,15 +250,15 @@ func peerReport(w io.Writer, outs []peerOutcome, conc int, d time.Duration, roun
 		switch {
 		case o.c.zipf > 0:
 			r := s.itemsPerSec() / p.itemsPerSec()
-			fmt.Fprintf(w, "- %s: items/s ratio %.2f (target ≥ 1.5: %s); memcached CPU per item %.2f µs through sluice against %.2f µs through the peer\n", o.c.name, r, verdict(r >= 1.5), s.perItem(s.memcached), p.perItem(p.memcached))
+			fmt.Fprintf(w, "- %s: items/s ratio %.3f (target ≥ 1.5: %s); memcached CPU per item %.2f µs through sluice against %.2f µs through the peer\n", o.c.name, r, verdict(r >= 1.5), s.perItem(s.memcached), p.perItem(p.memcached))
 		case o.c.batch == 50:
 			r := s.itemsPerSec() / p.itemsPerSec()
-			fmt.Fprintf(w, "- %s: items/s ratio %.2f (target ≥ 1.0: %s); server CPU per request ratio %.2f (target ≤ 1.15: %s)\n", o.c.name, r, verdict(r >= 1.0), cpu, verdict(cpu <= 1.15))
+			fmt.Fprintf(w, "- %s: items/s ratio %.3f (target ≥ 1.0: %s); server CPU per request ratio %.3f (target ≤ 1.15: %s)\n", o.c.name, r, verdict(r >= 1.0), cpu, verdict(cpu <= 1.15))
 		case o.c.batch == 1:
 			r := s.reqPerSec() / p.reqPerSec()
-			fmt.Fprintf(w, "- %s: requests/s ratio %.2f (target ≥ 0.9: %s); server CPU per request ratio %.2f (target ≤ 1.15: %s)\n", o.c.name, r, verdict(r >= 0.9), cpu, verdict(cpu <= 1.15))
+			fmt.Fprintf(w, "- %s: requests/s ratio %.3f (target ≥ 0.9: %s); server CPU per request ratio %.3f (target ≤ 1.15: %s)\n", o.c.name, r, verdict(r >= 0.9), cpu, verdict(cpu <= 1.15))
 		default:
-			fmt.Fprintf(w, "- %s: items/s ratio %.2f; server CPU per request ratio %.2f (target ≤ 1.15: %s)\n", o.c.name, s.itemsPerSec()/p.itemsPerSec(), cpu, verdict(cpu <= 1.15))
+			fmt.Fprintf(w, "- %s: items/s ratio %.3f; server CPU per request ratio %.3f (target ≤ 1.15: %s)\n", o.c.name, s.itemsPerSec()/p.itemsPerSec(), cpu, verdict(cpu <= 1.15))
 		}
 	}
 }
