@@ -268,7 +268,7 @@ func start(t *testing.T, cfg guard.Config, impl *postRecords, opts ...guard.Opti
 }
 
 // dial connects to addr until the test ends.
-func dial(t *testing.T, addr string) *grpc.ClientConn {
+func dial(t testing.TB, addr string) *grpc.ClientConn {
 	t.Helper()
 	conn, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
