@@ -149,7 +149,7 @@ func TestQuota(t *testing.T) {
 
 // serveImpl serves impl through srv until the test ends and returns a
 // connection to it.
-func serveImpl(t *testing.T, srv *guard.Server, impl sluicev1.PostRecordsServer) *grpc.ClientConn {
+func serveImpl(t testing.TB, srv *guard.Server, impl sluicev1.PostRecordsServer) *grpc.ClientConn {
 	t.Helper()
 	if err := srv.Register(&sluicev1.PostRecords_ServiceDesc, impl); err != nil {
 		t.Fatal(err)

@@ -102,7 +102,10 @@ func (s *overheadSide) bytesPerCall() float64 { return float64(s.bytes) / float6
 func serveBare(b *testing.B) sluicev1.PostRecordsClient {
 	srv := grpc.NewServer()
 	sluicev1.RegisterPostRecordsServer(srv, newPostRecords())
-	lis := listen(b)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
 	go srv.Serve(lis)
 	b.Cleanup(srv.Stop)
 	return sluicev1.NewPostRecordsClient(dial(b, lis.Addr().String()))
@@ -117,25 +120,5 @@ func serveGuarded(b *testing.B) sluicev1.PostRecordsClient {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := srv.Register(&sluicev1.PostRecords_ServiceDesc, newPostRecords()); err != nil {
-		b.Fatal(err)
-	}
-	lis := listen(b)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
-	b.Cleanup(func() {
-		ctx, cancel := context.WithCancel(context.Background())
-		cancel()
-		srv.Drain(ctx)
-		<-served
-	})
-	return sluicev1.NewPostRecordsClient(dial(b, lis.Addr().String()))
-}
-
-func listen(b *testing.B) net.Listener {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	return lis
+	return sluicev1.NewPostRecordsClient(serveImpl(b, srv, newPostRecords()))
 }
