@@ -40,6 +40,7 @@ type unlistedFlows struct {
 	mu      sync.Mutex
 	holders []holder       // by flow
 	byName  map[string]int // the flow each holder holds
+	names   []string       // the flows' names, by flow, built once per flow count
 }
 
 type holder struct {
@@ -47,14 +48,20 @@ type holder struct {
 	seen time.Time
 }
 
-// flow returns the index of the flow, among n, that name's requests
-// count against at now.
-func (u *unlistedFlows) flow(name string, n int, now time.Time) int {
+// flow returns the name of the flow, among n, that name's requests count
+// against at now.
+func (u *unlistedFlows) flow(name string, n int, now time.Time) string {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if len(u.holders) != n { // first use, or the config changed
-		u.holders, u.byName = make([]holder, n), make(map[string]int, n)
+		u.holders, u.byName, u.names = make([]holder, n), make(map[string]int, n), flowNames(n)
 	}
+	return u.names[u.pick(name, n, now)]
+}
+
+// pick returns the index of the flow name holds, giving it one if it
+// holds none; u.mu must be held.
+func (u *unlistedFlows) pick(name string, n int, now time.Time) int {
 	if i, ok := u.byName[name]; ok {
 		u.holders[i].seen = now
 		return i
@@ -74,11 +81,21 @@ func (u *unlistedFlows) flow(name string, n int, now time.Time) int {
 	return hashed
 }
 
+// flowNames are the names of n shared flows, built once so that a
+// request names its flow without building a string.
+func flowNames(n int) []string {
+	names := make([]string, n)
+	for i := range names {
+		names[i] = unlistedPrefix + strconv.Itoa(i)
+	}
+	return names
+}
+
 // flowOf returns the flow and weight client's waiting requests count
 // against under cfg.
 func (u *unlistedFlows) flowOf(cfg budget.Config, client string, now time.Time) (name string, weight float64) {
 	if b, ok := cfg.Clients[client]; ok {
 		return client, b.FairWeight()
 	}
-	return unlistedPrefix + strconv.Itoa(u.flow(client, cfg.Flows(), now)), cfg.Default.FairWeight()
+	return u.flow(client, cfg.Flows(), now), cfg.Default.FairWeight()
 }

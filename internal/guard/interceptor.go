@@ -108,12 +108,12 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 	ctx, cancel := context.WithTimeout(ctx, m.policy.Timeout)
 	defer cancel()
 	cost := int64(max(r.Items, 1))
-	release, reason, err := s.admit(ctx, info.FullMethod, client, cost, batch)
+	admitted, reason, err := s.admit(ctx, info.FullMethod, client, cost, batch)
 	if err != nil {
 		s.observer.Rejected(ctx, r, reason)
 		return nil, err
 	}
-	defer release()
+	defer admitted.release()
 
 	began := time.Now()
 	ctx, _ = withAnswerSlot(ctx)
@@ -132,43 +132,68 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 // admit runs the checks that precede any work, cheapest refusal first:
 // the deadline against the expected service time, the client's budget,
 // then the process-wide request slots and item queue.
-func (s *Server) admit(ctx context.Context, fullMethod, client string, cost int64, batch bool) (release func(), reason string, err error) {
+func (s *Server) admit(ctx context.Context, fullMethod, client string, cost int64, batch bool) (admission, string, error) {
 	request, reason, err := s.admitRequest(ctx, fullMethod, client, cost)
 	if err != nil {
-		return nil, reason, err
+		return admission{}, reason, err
 	}
 	items, reason, err := s.admitItems(ctx, fullMethod, client, cost, cost, batch, false)
 	if err != nil {
-		request()
-		return nil, reason, err
+		request.release()
+		return admission{}, reason, err
 	}
-	return func() { items(); request() }, "", nil
+	return admission{request: request, items: items}, "", nil
+}
+
+// admission is what an admitted request holds until it is done.
+type admission struct {
+	request admittedRequest
+	items   admittedItems
+}
+
+// release gives back the request's items, then its request slot and
+// budget charge. It must be called exactly once.
+func (a admission) release() {
+	a.items.release()
+	a.request.release()
 }
 
 // admitRequest checks the deadline against the time requests of cost
 // items take now, charges cost to the client's budget, and takes one of
 // the process-wide request slots.
-func (s *Server) admitRequest(ctx context.Context, fullMethod, client string, cost int64) (release func(), reason string, err error) {
+func (s *Server) admitRequest(ctx context.Context, fullMethod, client string, cost int64) (admittedRequest, string, error) {
 	name := shortName(fullMethod)
 	deadline, _ := ctx.Deadline()
 	expected := s.service.expect(fullMethod, cost)
 	if left := time.Until(deadline); ctx.Err() != nil || left < expected {
-		return nil, ReasonDeadline, status.Errorf(codes.DeadlineExceeded,
+		return admittedRequest{}, ReasonDeadline, status.Errorf(codes.DeadlineExceeded,
 			"%s: %v of deadline left, shorter than the %v that requests of %d items take now; send a longer deadline or a smaller batch",
 			name, max(left, 0).Round(time.Microsecond), expected.Round(time.Microsecond), cost)
 	}
-	spent, refusal := s.budgets.Charge(client, cost, time.Now())
+	spent, refusal := s.budgets.Spend(client, cost, time.Now())
 	if refusal != nil {
-		return nil, ReasonQuota, overBudget(name, refusal, max(refusal.RetryAfter, expected, minRetryDelay))
+		return admittedRequest{}, ReasonQuota, overBudget(name, refusal, max(refusal.RetryAfter, expected, minRetryDelay))
 	}
 	if err := s.acquireRequestSlot(ctx); err != nil {
-		spent()
-		return nil, ReasonOverload, overloaded(name, fmt.Sprintf("all %d request slots stayed busy", s.cfg.MaxInflightRequests), s.cfg.QueueInterval)
+		spent.Release()
+		return admittedRequest{}, ReasonOverload, overloaded(name, fmt.Sprintf("all %d request slots stayed busy", s.cfg.MaxInflightRequests), s.cfg.QueueInterval)
 	}
-	return func() {
-		s.requests.Release(1)
-		spent()
-	}, "", nil
+	return admittedRequest{s: s, spent: spent}, "", nil
+}
+
+// admittedRequest is a request's process-wide request slot and its
+// charge to the client's budget. A value, not a closure, so that
+// admission allocates nothing for its release.
+type admittedRequest struct {
+	s     *Server
+	spent budget.Spent
+}
+
+// release gives back the request slot, then the budget charge. It must
+// be called exactly once.
+func (a admittedRequest) release() {
+	a.s.requests.Release(1)
+	a.spent.Release()
 }
 
 // acquireRequestSlot takes one of the process-wide request slots, waiting
@@ -188,7 +213,7 @@ func (s *Server) acquireRequestSlot(ctx context.Context) error {
 // be served from here on, which must start in time to finish by the
 // deadline. continues marks a later piece of a request already started
 // (queue.Request.Continues).
-func (s *Server) admitItems(ctx context.Context, fullMethod, client string, cost, left int64, batch, continues bool) (release func(), reason string, err error) {
+func (s *Server) admitItems(ctx context.Context, fullMethod, client string, cost, left int64, batch, continues bool) (admittedItems, string, error) {
 	name := shortName(fullMethod)
 	var startBy time.Time // zero: no deadline, so no latest start
 	if deadline, ok := ctx.Deadline(); ok {
@@ -198,18 +223,30 @@ func (s *Server) admitItems(ctx context.Context, fullMethod, client string, cost
 		}
 	}
 	flow, weight := s.unlisted.flowOf(s.budgets.Config(), client, time.Now())
-	items, err := s.items.Acquire(ctx, queue.Request{Cost: cost, Batch: batch, StartBy: startBy, Flow: flow, Weight: weight, Continues: continues})
+	grant, err := s.items.Take(ctx, queue.Request{Cost: cost, Batch: batch, StartBy: startBy, Flow: flow, Weight: weight, Continues: continues})
 	if err != nil {
 		if ctx.Err() != nil && !errors.Is(err, queue.ErrShed) {
-			return nil, ReasonDeadline, status.Errorf(codes.DeadlineExceeded, "%s: the deadline passed while waiting for capacity", name)
+			return admittedItems{}, ReasonDeadline, status.Errorf(codes.DeadlineExceeded, "%s: the deadline passed while waiting for capacity", name)
 		}
-		return nil, ReasonOverload, overloaded(name, fmt.Sprintf("%d items were needed and the process-wide cap of %d in-flight items (adaptive, at most %d) stayed full (%v)", cost, s.itemLimit.Load(), s.cfg.MaxInflightItems, err), s.cfg.QueueInterval)
+		return admittedItems{}, ReasonOverload, overloaded(name, fmt.Sprintf("%d items were needed and the process-wide cap of %d in-flight items (adaptive, at most %d) stayed full (%v)", cost, s.itemLimit.Load(), s.cfg.MaxInflightItems, err), s.cfg.QueueInterval)
 	}
 	s.inflightItems.Add(cost)
-	return func() {
-		s.inflightItems.Add(-cost)
-		items()
-	}, "", nil
+	return admittedItems{s: s, grant: grant, cost: cost}, "", nil
+}
+
+// admittedItems is cost items of the process-wide capacity, granted by
+// the item queue. A value, not a closure, so that admission allocates
+// nothing for its release.
+type admittedItems struct {
+	s     *Server
+	grant queue.Grant
+	cost  int64
+}
+
+// release gives the items back. It must be called exactly once.
+func (a admittedItems) release() {
+	a.s.inflightItems.Add(-a.cost)
+	a.grant.Release()
 }
 
 // admissionContext ends the wait for capacity a little before ctx's

@@ -51,12 +51,12 @@ func (s *Server) servePieces(ctx context.Context, r Request, m *method, req prot
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, m.policy.Timeout)
 	defer cancel()
-	release, reason, err := s.admitRequest(ctx, r.Method, r.Client, int64(r.Items))
+	admitted, reason, err := s.admitRequest(ctx, r.Method, r.Client, int64(r.Items))
 	if err != nil {
 		s.observer.Rejected(ctx, r, reason)
 		return nil, err
 	}
-	defer release()
+	defer admitted.release()
 	resp, served, reason, err := s.pieces(ctx, r, m, req, batch, handler)
 	if !served {
 		// No piece reached the handler: refused before any work, if only
@@ -88,7 +88,7 @@ func (s *Server) pieces(ctx context.Context, r Request, m *method, req proto.Mes
 			}
 		}
 		lo, hi := i*size, min(n, (i+1)*size)
-		release, why, err := s.admitItems(ctx, r.Method, r.Client, int64(hi-lo), int64(n-lo), batch, i > 0)
+		admitted, why, err := s.admitItems(ctx, r.Method, r.Client, int64(hi-lo), int64(n-lo), batch, i > 0)
 		if err != nil {
 			refusal.CompareAndSwap(nil, why)
 			return err
@@ -100,7 +100,7 @@ func (s *Server) pieces(ctx context.Context, r Request, m *method, req proto.Mes
 		started.Store(true)
 		pieceBegan := time.Now()
 		out, err := handler(fanout.WithLimit(ctx, m.policy.Concurrency), m.items.slice(req, lo, hi))
-		release()
+		admitted.release()
 		if err != nil {
 			return err
 		}

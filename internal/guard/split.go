@@ -177,7 +177,7 @@ func (s *Server) serveSplit(ctx context.Context, fullMethod, client string, m *m
 // and goes on when there is room, instead of failing whole for one piece.
 func (s *Server) servePiece(ctx context.Context, fullMethod, client string, m *method, req proto.Message, cost int64, handler grpc.UnaryHandler) (proto.Message, error) {
 	for {
-		release, reason, err := s.admit(ctx, fullMethod, client, cost, true)
+		admitted, reason, err := s.admit(ctx, fullMethod, client, cost, true)
 		if err != nil {
 			wait, retry := retryDelay(err)
 			deadline, _ := ctx.Deadline()
@@ -197,7 +197,7 @@ func (s *Server) servePiece(ctx context.Context, fullMethod, client string, m *m
 		}
 		began := time.Now()
 		resp, err := handler(fanout.WithLimit(ctx, m.policy.Concurrency), req)
-		release()
+		admitted.release()
 		if err != nil {
 			return nil, err
 		}

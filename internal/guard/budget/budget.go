@@ -5,9 +5,9 @@
 // A Budget is a token bucket of items per second with a burst, plus a cap
 // on the client's items in flight. Named clients get the budget the
 // config gives them; every other caller, "unknown" included, gets the
-// default budget, each name in its own bucket. Charge either admits a
-// request at once or refuses it at once with the reason and how long to
-// wait: it never queues. Budgets can be replaced while serving (SetConfig)
+// default budget, each name in its own bucket. Spend (or Charge) either
+// admits a request at once or refuses it at once with the reason and how
+// long to wait: it never queues. Budgets can be replaced while serving (SetConfig)
 // without losing the tokens or in-flight counts of the clients already
 // seen.
 //
@@ -232,9 +232,21 @@ func (c *client) setBudget(bud Budget, now time.Time) {
 	c.limiter.SetBurstAt(now, bud.Burst)
 }
 
-// Charge admits cost items for name at now, or refuses them. On success
-// the caller must call release once the request is done.
+// Charge is Spend with the charge given back by a release function,
+// which may be called more than once: only the first call counts.
 func (b *Budgets) Charge(name string, cost int64, now time.Time) (release func(), refusal *Refusal) {
+	spent, refusal := b.Spend(name, cost, now)
+	if refusal != nil {
+		return nil, refusal
+	}
+	var once sync.Once
+	return func() { once.Do(spent.Release) }, nil
+}
+
+// Spend admits cost items for name at now, or refuses them. On success
+// the caller must call the charge's Release exactly once when the
+// request is done.
+func (b *Budgets) Spend(name string, cost int64, now time.Time) (Spent, *Refusal) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	c := b.state(name, now)
@@ -243,25 +255,38 @@ func (b *Budgets) Charge(name string, cost int64, now time.Time) (release func()
 		return &Refusal{Client: name, Budget: bud, Cost: cost, Reason: reason, RetryAfter: after, Inflight: c.inflight}
 	}
 	if cost > int64(bud.Burst) || cost > bud.MaxInflightItems {
-		return nil, refuse(OverBurst, 0)
+		return Spent{}, refuse(OverBurst, 0)
 	}
 	if c.inflight+cost > bud.MaxInflightItems {
-		return nil, refuse(OverInflight, 0)
+		return Spent{}, refuse(OverInflight, 0)
 	}
 	r := c.limiter.ReserveN(now, int(cost))
 	if d := r.DelayFrom(now); d > 0 {
 		r.CancelAt(now)
-		return nil, refuse(OverRate, d)
+		return Spent{}, refuse(OverRate, d)
 	}
 	c.inflight += cost
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			b.mu.Lock()
-			c.inflight -= cost
-			b.mu.Unlock()
-		})
-	}, nil
+	return Spent{b: b, c: c, cost: cost}, nil
+}
+
+// Spent is a charge Spend admitted: cost items in flight for a client
+// until Release. It is a value, so that admitting a request allocates
+// nothing for its release.
+type Spent struct {
+	b    *Budgets
+	c    *client
+	cost int64
+}
+
+// Release takes the charge's items out of flight. It must be called
+// exactly once; the zero Spent's Release does nothing.
+func (s Spent) Release() {
+	if s.b == nil {
+		return
+	}
+	s.b.mu.Lock()
+	s.c.inflight -= s.cost
+	s.b.mu.Unlock()
 }
 
 // state returns name's state, creating it with a full bucket.

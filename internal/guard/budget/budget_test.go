@@ -203,3 +203,24 @@ func TestWeightAndFlows(t *testing.T) {
 		t.Errorf("unlisted_flows -1: %v, want an error naming it", err)
 	}
 }
+
+// Tests Spend's charge held as a value: its items count in flight until
+// Release, which takes out exactly them, and the zero Spent's Release
+// changes nothing.
+func TestSpendReleasesItsItems(t *testing.T) {
+	b := mustNew(t, testConfig())
+	spent, ref := b.Spend("bulk", 100, t0)
+	if ref != nil {
+		t.Fatalf("100 items: %v", ref)
+	}
+	if _, ref := b.Spend("bulk", 100, t0); ref == nil || ref.Reason != OverInflight || ref.Inflight != 100 {
+		t.Fatalf("100 more with 100 of 150 in flight: %+v, want an in-flight refusal", ref)
+	}
+	spent.Release()
+	Spent{}.Release()
+	again, ref := b.Spend("bulk", 100, t0)
+	if ref != nil {
+		t.Fatalf("100 items after the release: %v", ref)
+	}
+	again.Release()
+}

@@ -63,7 +63,7 @@ import (
 	"time"
 )
 
-// Errors returned by Acquire, wrapped with detail; match with errors.Is.
+// Errors returned by Take and Acquire, wrapped with detail; match with errors.Is.
 var (
 	// ErrShed reports a request refused or dropped to keep latency flat.
 	ErrShed = errors.New("queue: shed")
@@ -235,24 +235,35 @@ func (q *Queue) flowSince(fl *flow) time.Time {
 // lastEmpty is a standing queue at now.
 func (c Config) standing(now, lastEmpty time.Time) bool { return now.Sub(lastEmpty) >= c.Interval }
 
-// Acquire admits r, waiting as the rule allows. On success the caller
-// must call the returned release exactly once when the work is done.
-// Errors wrap ErrShed or ErrTooLarge, or are ctx's error; a request whose
-// ctx has already ended is never admitted, even with capacity free.
+// Acquire is Take with its grant as a release function, which may be
+// called more than once: only the first call gives the items back.
 func (q *Queue) Acquire(ctx context.Context, r Request) (release func(), err error) {
-	if err := ctx.Err(); err != nil {
+	g, err := q.Take(ctx, r)
+	if err != nil {
 		return nil, err
 	}
+	var once sync.Once
+	return func() { once.Do(g.Release) }, nil
+}
+
+// Take admits r, waiting as the rule allows. On success the caller must
+// call the grant's Release exactly once when the work is done.
+// Errors wrap ErrShed or ErrTooLarge, or are ctx's error; a request whose
+// ctx has already ended is never admitted, even with capacity free.
+func (q *Queue) Take(ctx context.Context, r Request) (Grant, error) {
+	if err := ctx.Err(); err != nil {
+		return Grant{}, err
+	}
 	if r.Cost > q.cfg.Capacity {
-		return nil, fmt.Errorf("%w: %d items needed, capacity %d", ErrTooLarge, r.Cost, q.cfg.Capacity)
+		return Grant{}, fmt.Errorf("%w: %d items needed, capacity %d", ErrTooLarge, r.Cost, q.cfg.Capacity)
 	}
 	r.Cost = max(r.Cost, 1)
 	w, err := q.enter(r)
 	switch {
 	case err != nil:
-		return nil, err
+		return Grant{}, err
 	case w == nil:
-		return q.releaser(r.Cost), nil
+		return Grant{q: q, cost: r.Cost}, nil
 	}
 	select {
 	case <-w.done:
@@ -262,14 +273,29 @@ func (q *Queue) Acquire(ctx context.Context, r Request) (release func(), err err
 			w.stop()
 			q.grant()
 			q.mu.Unlock()
-			return nil, ctx.Err()
+			return Grant{}, ctx.Err()
 		}
 		q.mu.Unlock() // granted or shed meanwhile; w.err says which
 	}
 	if w.err != nil {
-		return nil, w.err
+		return Grant{}, w.err
 	}
-	return q.releaser(r.Cost), nil
+	return Grant{q: q, cost: r.Cost}, nil
+}
+
+// Grant is capacity Take admitted: Cost items, held until Release. It is
+// a value, so that admitting a request allocates nothing for its release.
+type Grant struct {
+	q    *Queue
+	cost int64
+}
+
+// Release gives the grant's items back. It must be called exactly once;
+// the zero Grant's Release does nothing.
+func (g Grant) Release() {
+	if g.q != nil {
+		g.q.release(g.cost)
+	}
 }
 
 // enter admits r at once (nil waiter, nil error), refuses it (nil waiter,
@@ -477,11 +503,6 @@ func (q *Queue) standingWait(w *waiter, now time.Time, waited time.Duration) tim
 		left = min(left, w.req.StartBy.Sub(now))
 	}
 	return left
-}
-
-func (q *Queue) releaser(cost int64) func() {
-	var once sync.Once
-	return func() { once.Do(func() { q.release(cost) }) }
 }
 
 func (q *Queue) release(cost int64) {

@@ -1039,3 +1039,25 @@ func TestLightReserveOnlyPastWaiters(t *testing.T) {
 		r.release()
 	}
 }
+
+// Tests Take's grant held as a value: its items are in use until
+// Release, which gives back exactly them, and the zero Grant's Release
+// changes nothing.
+func TestTakeGrantReleases(t *testing.T) {
+	q, err := New(Config{Capacity: 3, MaxWaiters: 4, Target: 5 * time.Millisecond, Interval: time.Second}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := q.Take(context.Background(), Request{Cost: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := q.Stats(); s.InUse != 2 {
+		t.Errorf("in use %d with a grant of 2, want 2", s.InUse)
+	}
+	g.Release()
+	Grant{}.Release()
+	if s := q.Stats(); s.InUse != 0 {
+		t.Errorf("in use %d after the release, want 0", s.InUse)
+	}
+}
