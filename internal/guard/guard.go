@@ -82,6 +82,7 @@ type Server struct {
 	unlisted unlistedFlows
 	observer Observer
 	identify func(context.Context) (string, error)
+	claimed  bool // identify is claimedName: callers are trusted to name themselves
 	services []string
 	mem      *memory
 
@@ -116,7 +117,7 @@ func WithObserver(o Observer) Option {
 // they claim in metadata (identity.FromIncoming). An error refuses the
 // request with PermissionDenied, before its shape is checked.
 func WithIdentity(identify func(context.Context) (string, error)) Option {
-	return func(s *Server, _ *[]grpc.ServerOption) { s.identify = identify }
+	return func(s *Server, _ *[]grpc.ServerOption) { s.identify, s.claimed = identify, false }
 }
 
 // WithGRPCOptions passes extra options (TLS credentials, stats handlers)
@@ -155,6 +156,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 		service:  newEstimates(),
 		observer: nopObserver{},
 		identify: claimedName,
+		claimed:  true,
 		health:   health.NewServer(),
 		mem:      newMemory(cfg),
 	}

@@ -53,7 +53,9 @@ func (nopObserver) Rejected(context.Context, Request, string)                   
 func (nopObserver) Finished(context.Context, Request, codes.Code, time.Duration) {}
 
 func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	received(ctx, 0) // the request is decoded: its stream's bytes are gone
+	stream := receivingOf(ctx)
+	stream.received(0) // the request is decoded: its stream's bytes are gone
+	defer stream.handled()
 	m, ok := s.methods[info.FullMethod]
 	if !ok {
 		// Health and reflection are not item work; everything else was
@@ -90,7 +92,7 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 		}
 	}
 
-	batch, err := criticality(ctx)
+	batch, err := criticalityOf(ctx, stream)
 	if err != nil {
 		s.observer.Rejected(ctx, r, ReasonShape)
 		return nil, err
@@ -308,9 +310,19 @@ func withRetryInfo(st *status.Status, retry time.Duration) error {
 // "interactive" (the default) or "batch"; batch work is shed first.
 const CriticalityKey = "x-criticality"
 
-// criticality reports whether the request is batch work.
-func criticality(ctx context.Context) (batch bool, err error) {
-	vals := metadata.ValueFromIncomingContext(ctx, CriticalityKey)
+// criticalityOf reports whether the request is batch work, from the
+// values the stream's tap read from its headers, or from the incoming
+// metadata when there is no tap record.
+func criticalityOf(ctx context.Context, stream *receiving) (batch bool, err error) {
+	if stream == nil {
+		return criticality(metadata.ValueFromIncomingContext(ctx, CriticalityKey))
+	}
+	return criticality(stream.criticality)
+}
+
+// criticality reports whether a request whose CriticalityKey values are
+// vals is batch work.
+func criticality(vals []string) (batch bool, err error) {
 	if len(vals) == 0 {
 		return false, nil
 	}

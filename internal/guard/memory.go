@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/tap"
 )
@@ -34,10 +35,13 @@ import (
 // process-wide ledger of request bytes with a per-caller share, and is
 // given back the moment the message has been counted and dropped or
 // decoded — microseconds for an ordinary request — or when the stream
-// ends, whichever is first. A stream that does not fit is refused at
-// once, its body never buffered: Unavailable when the process is at its
-// cap, ResourceExhausted when the caller is at its share, both with
-// RetryInfo. Shrinking max_recv_msg_bytes was not the bound chosen: a
+// ends, whichever is first. For the reservation and the stream's slot,
+// a unary stream ends when its handler returns (its answer is then
+// queued whole, its bytes held in the response ledger); a stream whose
+// handler never runs ends with its context. A stream that does not fit
+// is refused at once, its body never buffered: Unavailable when the
+// process is at its cap, ResourceExhausted when the caller is at its
+// share, both with RetryInfo. Shrinking max_recv_msg_bytes was not the bound chosen: a
 // 20,000-URI batch of ordinary URIs (1.5 MB) still reaches the count and
 // its InvalidArgument, and a trusted caller's large batch still fits.
 //
@@ -353,12 +357,12 @@ func (s *Server) tapHandle(ctx context.Context, info *tap.Info) (context.Context
 	if n > mem.plan.Streams {
 		mem.streams.Add(-1)
 		mem.refusedStreams.Add(1)
-		s.observer.Rejected(ctx, Request{Client: s.identifyOnce(ctx).tapName(), Method: info.FullMethodName}, ReasonMemory)
+		s.observer.Rejected(ctx, Request{Client: s.identifyStream(ctx, info.Header).tapName(), Method: info.FullMethodName}, ReasonMemory)
 		return nil, overloaded(name, fmt.Sprintf("%d streams are open, the process-wide cap (max_streams)", mem.plan.Streams), mem.retry)
 	}
 	for p := mem.peakStreams.Load(); n > p && !mem.peakStreams.CompareAndSwap(p, n); p = mem.peakStreams.Load() {
 	}
-	id := s.identifyOnce(ctx)
+	id := s.identifyStream(ctx, info.Header)
 	client := id.tapName()
 	w, ok := s.reservation(info.FullMethodName, client)
 	if !ok {
@@ -375,11 +379,9 @@ func (s *Server) tapHandle(ctx context.Context, info *tap.Info) (context.Context
 		s.observer.Rejected(ctx, Request{Client: client, Method: info.FullMethodName}, reason)
 		return nil, mem.refuse(name, refusal)
 	}
-	context.AfterFunc(ctx, func() {
-		res.Release()
-		mem.streams.Add(-1)
-	})
-	return context.WithValue(ctx, receivingKey{}, &receiving{res: res, caller: id}), nil
+	r := &receiving{mem: mem, res: res, caller: id, criticality: info.Header[CriticalityKey]}
+	r.stopEnd = context.AfterFunc(ctx, r.end)
+	return context.WithValue(ctx, receivingKey{}, r), nil
 }
 
 // identified is the caller's identity as s.identify gave it.
@@ -403,8 +405,19 @@ func (id identified) tapName() string {
 // request decoder that come after it read it from there instead of
 // reading the metadata again.
 func (s *Server) identifyOnce(ctx context.Context) identified {
-	if r, ok := ctx.Value(receivingKey{}).(*receiving); ok {
+	if r := receivingOf(ctx); r != nil {
 		return r.caller
+	}
+	client, err := s.identify(ctx)
+	return identified{client: client, err: err}
+}
+
+// identifyStream names the caller of a stream at its start. A claimed
+// name (no WithIdentity) is read from the stream's headers as the
+// transport gives them, without copying the metadata.
+func (s *Server) identifyStream(ctx context.Context, header metadata.MD) identified {
+	if s.claimed {
+		return identified{client: identity.FromMetadata(header)}
 	}
 	client, err := s.identify(ctx)
 	return identified{client: client, err: err}
@@ -455,9 +468,36 @@ func (mem *memory) refuse(name string, r *membudget.Refusal) error {
 // keep bytes (held until the stream ends): its message has been counted
 // and dropped, or decoded.
 func received(ctx context.Context, keep membudget.Bytes) {
-	r, ok := ctx.Value(receivingKey{}).(*receiving)
+	receivingOf(ctx).received(keep)
+}
+
+// receiving is an admitted stream: its request-bytes reservation, kept
+// once part of it is held until the stream ends, its slot among
+// max_streams, and what the tap read from its headers.
+type receiving struct {
+	mem    *memory
+	res    *membudget.Reservation
+	kept   atomic.Bool
+	caller identified // the tap's identification of the caller
+	// criticality is the stream's CriticalityKey values, as the tap
+	// read them from its headers.
+	criticality []string
+	// stopEnd stops the context.AfterFunc that runs end when the
+	// stream's context ends; it reports whether it stopped it.
+	stopEnd func() bool
+}
+
+// receivingOf returns the stream's admission the tap recorded in ctx,
+// or nil.
+func receivingOf(ctx context.Context) *receiving {
+	r, _ := ctx.Value(receivingKey{}).(*receiving)
+	return r
+}
+
+// received is the function received on r; a nil r does nothing.
+func (r *receiving) received(keep membudget.Bytes) {
 	switch {
-	case !ok:
+	case r == nil:
 	case keep > 0:
 		r.kept.Store(true)
 		r.res.Shrink(keep)
@@ -466,12 +506,26 @@ func received(ctx context.Context, keep membudget.Bytes) {
 	}
 }
 
-// receiving is a stream's request-bytes reservation, kept once part of
-// it is held until the stream ends, and the caller the tap named.
-type receiving struct {
-	res    *membudget.Reservation
-	kept   atomic.Bool
-	caller identified // the tap's identification of the caller
+// end gives back the stream's reservation and its slot: the stream has
+// ended, or its handler has returned (handled).
+func (r *receiving) end() {
+	r.res.Release()
+	r.mem.streams.Add(-1)
+}
+
+// handled ends the stream's admission when its unary handler has
+// returned: nothing the stream holds is needed any more but the answer,
+// whose bytes the response ledger holds, and writing it does not wait
+// for the caller (a unary answer is queued whole). Ending it here, in
+// the handler's goroutine, spares every stream the goroutine that
+// context.AfterFunc starts when the stream's context ends; that
+// callback stays for the streams whose handler never runs (a message
+// that fails to arrive, an unknown encoding), and runs end instead if
+// the context ended first. A nil r does nothing.
+func (r *receiving) handled() {
+	if r != nil && r.stopEnd() {
+		r.end()
+	}
 }
 
 // decodedBytes is what a decoded request of n items held in wire bytes

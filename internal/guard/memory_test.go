@@ -291,3 +291,66 @@ func waitHeld(t *testing.T, s *Server, client string) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// Tests that a stream whose unary handler has returned gives back its
+// slot and reservation at once, in the handler's goroutine (handled),
+// and that the end of its context then gives back nothing more; and
+// that a stream whose context ends first is ended by it, once, whether
+// or not its handler returns later.
+func TestHandledEndsStreamOnce(t *testing.T) {
+	s := newMemoryServer(t, memoryConfig(1*membudget.GiB))
+	ctx, cancel, err := tapAs(s, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	receivingOf(ctx).handled()
+	if st := s.MemoryStats(); st.Streams != 0 || s.mem.requests.Held("a") != 0 {
+		t.Fatalf("after the handler returned: %d streams open, %d bytes held, want none", st.Streams, s.mem.requests.Held("a"))
+	}
+	cancel()
+	time.Sleep(10 * time.Millisecond) // time for a callback that should not run
+	if st := s.MemoryStats(); st.Streams != 0 {
+		t.Fatalf("after the stream ended too: %d streams open, want 0 (the slot given back once)", st.Streams)
+	}
+
+	ctx, cancel, err = tapAs(s, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancel() // the stream ends before its handler returns
+	waitFor(t, func() bool { return s.MemoryStats().Streams == 0 }, "the slot back when the stream ended")
+	receivingOf(ctx).handled()
+	if st := s.MemoryStats(); st.Streams != 0 || s.mem.requests.Held("b") != 0 {
+		t.Fatalf("after the handler returned late: %d streams open, %d bytes held, want none", st.Streams, s.mem.requests.Held("b"))
+	}
+}
+
+// Tests that the tap reads the request's criticality from the stream's
+// headers, as the interceptor would from the incoming metadata.
+func TestTapReadsCriticality(t *testing.T) {
+	s := newMemoryServer(t, memoryConfig(1*membudget.GiB))
+	for _, tc := range []struct {
+		md        metadata.MD
+		batch, ok bool
+	}{
+		{md: metadata.Pairs("x-client-id", "a"), ok: true},
+		{md: metadata.Pairs("x-client-id", "a", CriticalityKey, " Batch "), batch: true, ok: true},
+		{md: metadata.Pairs(CriticalityKey, "interactive"), ok: true},
+		{md: metadata.Pairs(CriticalityKey, "urgent"), ok: false},
+	} {
+		ctx, cancel := context.WithCancel(metadata.NewIncomingContext(context.Background(), tc.md))
+		got, err := s.tapHandle(ctx, &tap.Info{FullMethodName: getPostRecords, Header: tc.md})
+		if err != nil {
+			t.Fatal(err)
+		}
+		batch, err := criticalityOf(got, receivingOf(got))
+		if batch != tc.batch || (err == nil) != tc.ok {
+			t.Errorf("%v: batch %v, error %v; want batch %v, ok %v", tc.md, batch, err, tc.batch, tc.ok)
+		}
+		wantBatch, wantErr := criticalityOf(ctx, nil)
+		if batch != wantBatch || (err == nil) != (wantErr == nil) {
+			t.Errorf("%v: from the tap batch %v, error %v; from the metadata batch %v, error %v", tc.md, batch, err, wantBatch, wantErr)
+		}
+		cancel()
+	}
+}

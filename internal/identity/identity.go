@@ -37,8 +37,22 @@ type clientKey struct{}
 func FromIncoming(ctx context.Context) string {
 	// ValueFromIncomingContext reads one key without copying the whole
 	// metadata, as FromIncomingContext does.
+	return nameOf(func(key string) []string { return metadata.ValueFromIncomingContext(ctx, key) })
+}
+
+// FromMetadata returns the caller's name from md, a request's metadata as
+// the transport received it (a stream's tap.Info.Header): its keys are
+// lower case, as HTTP/2 requires of header names, so each key is one map
+// lookup and nothing is copied. It names the caller as FromIncoming does.
+func FromMetadata(md metadata.MD) string {
+	return nameOf(func(key string) []string { return md[key] })
+}
+
+// nameOf returns the caller's name from the first of the keys a caller
+// may name itself with that values gives a name.
+func nameOf(values func(key string) []string) string {
 	for _, key := range [...]string{ClientIDKey, AtlantisCallerKey} {
-		if vals := metadata.ValueFromIncomingContext(ctx, key); len(vals) > 0 {
+		if vals := values(key); len(vals) > 0 {
 			if name := clean(vals[0]); name != "" {
 				return name
 			}

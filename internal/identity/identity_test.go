@@ -42,3 +42,21 @@ func TestClientRoundTrip(t *testing.T) {
 		t.Errorf("Client = %q, want bulk", got)
 	}
 }
+
+// Tests that FromMetadata names the caller from a stream's headers as
+// FromIncoming does from the incoming metadata.
+func TestFromMetadataAgreesWithFromIncoming(t *testing.T) {
+	for _, md := range []metadata.MD{
+		nil,
+		metadata.Pairs(ClientIDKey, "feed"),
+		metadata.Pairs(AtlantisCallerKey, "appview"),
+		metadata.Pairs(ClientIDKey, "feed", AtlantisCallerKey, "appview"),
+		metadata.Pairs(ClientIDKey, "  ", AtlantisCallerKey, "appview"),
+		metadata.Pairs(ClientIDKey, "a b\tc"),
+	} {
+		want := FromIncoming(metadata.NewIncomingContext(context.Background(), md))
+		if got := FromMetadata(md); got != want {
+			t.Errorf("FromMetadata(%v) = %q, FromIncoming %q", md, got, want)
+		}
+	}
+}

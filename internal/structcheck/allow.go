@@ -14,7 +14,7 @@ var Allowed = map[string]Site{
 	"internal/telemetry.newAsyncWriter": lifecycle("the log writer: one goroutine per writer, ends when the writer is closed"),
 	"cmd/sluice.serve":                  lifecycle("SIGHUP reload loop: one goroutine, ends with the serve context"),
 
-	// Stream end: one context.AfterFunc per admitted stream, at most max_streams.
+	// Stream end: one context.AfterFunc per admitted stream, at most max_streams; a unary stream's handler stops it on return, so it runs only for a stream that ends first.
 	"internal/guard.(*Server).tapHandle": lifecycle("gives back an admitted stream's byte reservation and slot when the stream ends"),
 
 	// Timers of the item queue: one per waiter, and the queue bounds waiters.
