@@ -28,6 +28,7 @@ import (
 	otelprom "go.opentelemetry.io/otel/exporters/prometheus"
 	"go.opentelemetry.io/otel/metric"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/exemplar"
 )
 
 // Config selects which client names become metric labels, and where
@@ -91,7 +92,10 @@ func New(cfg Config) (*Telemetry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: prometheus exporter: %w", err)
 	}
-	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter))
+	// No exemplars: /metrics is served in Prometheus' text format, which
+	// has none to show, and offering each measurement to a reservoir
+	// costs every request a walk of its context for a span.
+	provider := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exporter), sdkmetric.WithExemplarFilter(exemplar.AlwaysOffFilter))
 	t := &Telemetry{
 		registry: reg,
 		provider: provider,
