@@ -9,7 +9,9 @@
 // behind the admin /clients page.
 //
 // Metrics are OpenTelemetry instruments exported in the Prometheus format
-// on the admin /metrics endpoint. Client names become labels only if they
+// on the admin /metrics endpoint, beside a few Prometheus collectors of
+// its own: the runtime's, and the four measurements every request makes
+// (Requests), kept there for their cost per request. Client names become labels only if they
 // are in the configured list (plus "unknown"); any other caller is counted
 // as "other", so no caller can blow up label cardinality. Nothing here
 // blocks a request: instruments are lock-free counters and histograms.
