@@ -357,7 +357,7 @@ func (s *Server) tapHandle(ctx context.Context, info *tap.Info) (context.Context
 	if n > mem.plan.Streams {
 		mem.streams.Add(-1)
 		mem.refusedStreams.Add(1)
-		s.observer.Rejected(ctx, Request{Client: s.identifyStream(ctx, info.Header).tapName(), Method: info.FullMethodName}, ReasonMemory)
+		s.observer.Rejected(ctx, Request{Client: s.identifyStream(ctx, info.Header).tapName(), Method: s.observedMethod(info.FullMethodName)}, ReasonMemory)
 		return nil, overloaded(name, fmt.Sprintf("%d streams are open, the process-wide cap (max_streams)", mem.plan.Streams), mem.retry)
 	}
 	for p := mem.peakStreams.Load(); n > p && !mem.peakStreams.CompareAndSwap(p, n); p = mem.peakStreams.Load() {
@@ -376,7 +376,7 @@ func (s *Server) tapHandle(ctx context.Context, info *tap.Info) (context.Context
 		if refusal.PerCaller {
 			reason = ReasonMemoryShare
 		}
-		s.observer.Rejected(ctx, Request{Client: client, Method: info.FullMethodName}, reason)
+		s.observer.Rejected(ctx, Request{Client: client, Method: s.observedMethod(info.FullMethodName)}, reason)
 		return nil, mem.refuse(name, refusal)
 	}
 	r := &receiving{mem: mem, res: res, caller: id, criticality: info.Header[CriticalityKey]}
@@ -440,6 +440,22 @@ func (s *Server) reservation(fullMethod, client string) (membudget.Bytes, bool) 
 }
 
 const healthCheck = "/grpc.health.v1.Health/Check"
+
+// UnknownMethod is the method a stream refused at its start is reported
+// under when its path names no method sluice serves: the path is the
+// caller's to choose, and reported as it came, any bytes at all, it
+// would make a metric series per path.
+const UnknownMethod = "/unknown/unknown"
+
+// observedMethod is fullMethod as a stream refused at its start is
+// reported: itself for a registered method or the health check,
+// UnknownMethod for any other path.
+func (s *Server) observedMethod(fullMethod string) string {
+	if _, ok := s.methods[fullMethod]; ok || fullMethod == healthCheck {
+		return fullMethod
+	}
+	return UnknownMethod
+}
 
 // Observer reasons for a request refused at its stream's start.
 const (

@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -97,9 +98,9 @@ func TestMemoryPlanSetsGCPercent(t *testing.T) {
 	}
 }
 
-func newMemoryServer(t *testing.T, cfg Config) *Server {
+func newMemoryServer(t *testing.T, cfg Config, opts ...Option) *Server {
 	t.Helper()
-	s, err := New(cfg)
+	s, err := New(cfg, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,6 +195,43 @@ func TestTapCapsStreams(t *testing.T) {
 		end3()
 	}
 	end2()
+}
+
+// Tests that a stream refused at its start is reported under its method
+// when its path names one sluice serves, and under UnknownMethod for any
+// other path: the path is the caller's to choose, and made-up ones, valid
+// UTF-8 or not, must add no metric series.
+func TestTapReportsUnservedPathsAsUnknown(t *testing.T) {
+	cfg := memoryConfig(1 * membudget.GiB)
+	cfg.MaxStreams = 1
+	seen := &methodsSeen{}
+	s := newMemoryServer(t, cfg, WithObserver(seen))
+	_, end, err := tapAs(s, "a") // holds the one stream there is
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer end()
+	md := metadata.Pairs("x-client-id", "b")
+	ctx := metadata.NewIncomingContext(context.Background(), md)
+	paths := []string{getPostRecords, "/no.such.Service/Method", "/\xff\xfe/x"}
+	for _, path := range paths {
+		if _, err := s.tapHandle(ctx, &tap.Info{FullMethodName: path, Header: md}); status.Code(err) != codes.Unavailable {
+			t.Fatalf("%q over max_streams: %v, want Unavailable", path, err)
+		}
+	}
+	if want := []string{getPostRecords, UnknownMethod, UnknownMethod}; !slices.Equal(seen.methods, want) {
+		t.Errorf("reported methods %q, want %q", seen.methods, want)
+	}
+}
+
+// methodsSeen records the method of every request refused.
+type methodsSeen struct {
+	nopObserver
+	methods []string
+}
+
+func (o *methodsSeen) Rejected(_ context.Context, r Request, _ string) {
+	o.methods = append(o.methods, r.Method)
 }
 
 func assertRefusal(t *testing.T, what string, err error, code codes.Code, says string) {

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sluice-dev/sluice/internal/guard"
@@ -165,6 +166,11 @@ func (t *Telemetry) NewRequests(slo SLO) (*Requests, error) {
 // creating the zero series of every rejection reason the first time the
 // pair is seen.
 func (r *Requests) seriesOf(ctx context.Context, client, fullMethod string) *series {
+	if !utf8.ValidString(fullMethod) {
+		// Not a label value Prometheus accepts; the guard reports paths
+		// it does not serve as guard.UnknownMethod, so none comes here.
+		fullMethod = guard.UnknownMethod
+	}
 	key := seriesKey{r.t.ClientLabel(client), fullMethod}
 	if v, ok := r.series.Load(key); ok {
 		return v.(*series)

@@ -2,6 +2,8 @@ package telemetry
 
 import (
 	"context"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,5 +44,28 @@ func TestRecordingBuildsNoAttributeSets(t *testing.T) {
 		if got := testing.AllocsPerRun(200, c.call); got > c.instruments {
 			t.Errorf("%s: %v allocations per call; want at most %v, one per OpenTelemetry measurement", c.name, got, c.instruments)
 		}
+	}
+}
+
+// Tests that a method name Prometheus cannot take as a label value (not
+// UTF-8) is counted under guard.UnknownMethod instead of stopping the
+// process: the guard reports paths it does not serve that way already,
+// and the series must never be the caller's bytes.
+func TestInvalidMethodNameCountedAsUnknown(t *testing.T) {
+	tel, err := New(Config{Clients: []string{"feed"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tel.Shutdown(context.Background())
+	r, err := tel.NewRequests(DefaultSLO())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Rejected(context.Background(), guard.Request{Client: "feed", Method: "/\xff\xfe/x", Items: 1}, guard.ReasonMemory)
+	rec := httptest.NewRecorder()
+	tel.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	want := `sluice_requests_total{client="feed",code="Unavailable",method="unknown",service="unknown"} 1`
+	if !strings.Contains(rec.Body.String(), want) {
+		t.Errorf("/metrics has no %s", want)
 	}
 }
