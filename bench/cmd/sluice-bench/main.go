@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -226,12 +227,20 @@ func coldPath(ctx context.Context, args []string) error {
 		CacheMisses: after.Sum("sluice_cache_misses_total", nil) - before.Sum("sluice_cache_misses_total", nil),
 		StoreReads:  after.Sum("sluice_store_reads_total", nil) - before.Sum("sluice_store_reads_total", nil),
 	}
-	// The same reads again, now every one a memcached hit: sluice's own
-	// warm path, the ceiling of its cold path on this machine.
-	fmt.Fprintf(os.Stderr, "coldpath: sluice again, each URI once more, every read a hit\n")
-	if cr.Warm, err = throughput.GRPC(ctx, "sluice GetPostRecords, the same URIs again, every read a hit", *target, c.concurrency, c.batch, c.duration, throughput.NewBatches(uris, c.batch, true)); err != nil {
+	// The same reads again, on the cache the cold pass filled: sluice's
+	// own warm path, the ceiling of its cold path on this machine. Only
+	// the URIs the cold pass read, and its misses counted, so a pass cut
+	// short by its duration does not pass for a warm one.
+	fmt.Fprintf(os.Stderr, "coldpath: sluice again, the same URIs once more, on the warm cache\n")
+	read := uris[:min(len(uris), int(res.Items))]
+	if cr.Warm, err = throughput.GRPC(ctx, "sluice GetPostRecords, the same URIs again, on the warm cache", *target, c.concurrency, c.batch, c.duration, throughput.NewBatches(read, c.batch, true)); err != nil {
 		return err
 	}
+	warmed, err := scrape(*metrics)
+	if err != nil {
+		return err
+	}
+	cr.WarmMisses = warmed.Sum("sluice_cache_misses_total", nil) - after.Sum("sluice_cache_misses_total", nil)
 	raw, _ := json.MarshalIndent(cr, "", "  ")
 	return os.WriteFile(*out, raw, 0o644)
 }
@@ -241,6 +250,7 @@ func coldPath(ctx context.Context, args []string) error {
 type coldResult struct {
 	throughput.Result
 	Warm        throughput.Result `json:"warm"`
+	WarmMisses  float64           `json:"warm_cache_misses"`
 	CacheHits   float64           `json:"cache_hits"`
 	CacheMisses float64           `json:"cache_misses"`
 	StoreReads  float64           `json:"store_reads"`
@@ -282,7 +292,11 @@ func storeRead(ctx context.Context, args []string) error {
 		fmt.Fprintf(w, "## 3. Cold path\n\n")
 		fmt.Fprintf(w, "Every URI of the seeded set read once, in order, through a sluice whose memcached was empty (%d workers × %d URIs; sluice reads each request's misses in one read transaction); then the same URIs read directly from the embedded store (bbolt) with the same workers, once with %d parallel point reads per batch and once with one read transaction per batch. sluice counted %.0f cache hits, %.0f misses and %.0f store reads during its run.\n\n",
 			c.concurrency, c.batch, *fanout, cold.CacheHits, cold.CacheMisses, cold.StoreReads)
-		resultTable(w, cold.Result, cold.Warm, direct, batched)
+		rows := []throughput.Result{cold.Result, cold.Warm, direct, batched}
+		if cold.Warm.ItemsPerSec == 0 { // a result written before the warm pass was measured
+			rows = slices.Delete(rows, 1, 2)
+		}
+		resultTable(w, rows...)
 		fmt.Fprintf(w, "\n**sluice cold / store direct = %.2f** against one read transaction per batch (target ≥ 0.5: %s), %.2f against point reads. The cold path also reads memcached (a miss) and writes every record back to it (adds, pipelined: one round trip per server per 500 records), which the direct reads do not.\n",
 			cold.ItemsPerSec/batched.ItemsPerSec, verdict(cold.ItemsPerSec/batched.ItemsPerSec >= 0.5), cold.ItemsPerSec/direct.ItemsPerSec)
 		writeColdCeiling(w, cold, batched)
@@ -296,8 +310,12 @@ func writeColdCeiling(w io.Writer, cold coldResult, batched throughput.Result) {
 	if cold.Warm.ItemsPerSec == 0 {
 		return
 	}
+	if cold.WarmMisses > 0 {
+		fmt.Fprintf(w, "\nThe same URIs read again through the same sluice missed memcached %.0f times, so that pass is no ceiling.\n", cold.WarmMisses)
+		return
+	}
 	need := 0.5 * batched.ItemsPerSec
-	fmt.Fprintf(w, "\nThe same URIs read again through the same sluice, now every one a memcached hit: %.0f items/s, so the cold path runs at **%.2f** of sluice's warm path. The target asks for %.0f items/s, %.2f× what this sluice answers with no store read at all on this machine, where the client, sluice and memcached share the cores: a ceiling the cold path cannot pass whatever the store read costs.\n",
+	fmt.Fprintf(w, "\nThe same URIs read again through the same sluice, every one a memcached hit (0 misses counted): %.0f items/s, so the cold path runs at **%.2f** of sluice's warm path. The target asks for %.0f items/s, %.2f× what this sluice answers with no store read at all on this machine, where the client, sluice and memcached share the cores: a ceiling the cold path cannot pass whatever the store read costs.\n",
 		cold.Warm.ItemsPerSec, cold.ItemsPerSec/cold.Warm.ItemsPerSec, need, need/cold.Warm.ItemsPerSec)
 }
 
