@@ -91,15 +91,7 @@ func TestClientStatsWindow(t *testing.T) {
 // rejection reason, quota included, and that a rejection is counted under
 // its reason with the code the guard answers.
 func TestRejectionReasonsAreAFixedSet(t *testing.T) {
-	tel, err := New(Config{Clients: []string{"feed"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tel.Shutdown(context.Background())
-	r, err := tel.NewRequests(DefaultSLO())
-	if err != nil {
-		t.Fatal(err)
-	}
+	tel, r := newRequests(t, "feed")
 	ctx := context.Background()
 	req := guard.Request{Client: "feed", Method: "/sluice.v1.PostRecords/GetPostRecords", Items: 10}
 	r.Finished(ctx, req, codes.OK, time.Millisecond)

@@ -13,15 +13,7 @@ import (
 // BenchmarkRecordRequest is what one served request costs the request
 // metrics: Finished (count, latency, batch size) and RecordItems.
 func BenchmarkRecordRequest(b *testing.B) {
-	tel, err := New(Config{Clients: []string{"feed"}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer tel.Shutdown(context.Background())
-	r, err := tel.NewRequests(DefaultSLO())
-	if err != nil {
-		b.Fatal(err)
-	}
+	_, r := newRequests(b, "feed")
 	ctx := context.Background()
 	req := guard.Request{Client: "feed", Method: "/sluice.v1.PostRecords/GetPostRecord", Items: 1}
 	for b.Loop() {

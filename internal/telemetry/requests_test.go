@@ -11,6 +11,22 @@ import (
 	"google.golang.org/grpc/codes"
 )
 
+// newRequests returns a Telemetry naming clients, shut down when the
+// test ends, and its request metrics.
+func newRequests(tb testing.TB, clients ...string) (*Telemetry, *Requests) {
+	tb.Helper()
+	tel, err := New(Config{Clients: clients})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { tel.Shutdown(context.Background()) })
+	r, err := tel.NewRequests(DefaultSLO())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return tel, r
+}
+
 // Tests that recording a request builds no attribute set and allocates
 // nothing for its four everyday measurements (count, latency, batch size,
 // items): once a (client, method) pair has been seen, a call allocates
@@ -18,15 +34,7 @@ import (
 // (slow requests, rejections). Building the sets per request, as before
 // they were precomputed, costs several allocations per instrument.
 func TestRecordingBuildsNoAttributeSets(t *testing.T) {
-	tel, err := New(Config{Clients: []string{"feed"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tel.Shutdown(context.Background())
-	r, err := tel.NewRequests(DefaultSLO())
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, r := newRequests(t, "feed")
 	ctx := context.Background()
 	req := guard.Request{Client: "feed", Method: "/sluice.v1.PostRecords/GetPostRecords", Items: 10}
 	r.Finished(ctx, req, codes.OK, time.Second)
@@ -52,15 +60,7 @@ func TestRecordingBuildsNoAttributeSets(t *testing.T) {
 // process: the guard reports paths it does not serve that way already,
 // and the series must never be the caller's bytes.
 func TestInvalidMethodNameCountedAsUnknown(t *testing.T) {
-	tel, err := New(Config{Clients: []string{"feed"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tel.Shutdown(context.Background())
-	r, err := tel.NewRequests(DefaultSLO())
-	if err != nil {
-		t.Fatal(err)
-	}
+	tel, r := newRequests(t, "feed")
 	r.Rejected(context.Background(), guard.Request{Client: "feed", Method: "/\xff\xfe/x", Items: 1}, guard.ReasonMemory)
 	rec := httptest.NewRecorder()
 	tel.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
