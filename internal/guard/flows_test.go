@@ -29,9 +29,9 @@ func TestFloodOfNamesCannotStarveListedClient(t *testing.T) {
 		flow, weight := flows.flowOf(cfg, client, time.Now())
 		before := q.Stats().Waiting
 		go func() {
-			release, err := q.Acquire(ctx, queue.Request{Cost: 1, Flow: flow, Weight: weight})
+			g, err := q.Take(ctx, queue.Request{Cost: 1, Flow: flow, Weight: weight})
 			if err == nil {
-				granted <- grant{client, release}
+				granted <- grant{client, g.Release}
 			}
 		}()
 		for q.Stats().Waiting == before && ctx.Err() == nil {
@@ -115,9 +115,9 @@ func TestUnlistedCallersGetEqualShares(t *testing.T) {
 			flow, weight := flows.flowOf(cfg, client, time.Now())
 			before := q.Stats().Waiting
 			go func() {
-				release, err := q.Acquire(ctx, queue.Request{Cost: 1, Flow: flow, Weight: weight})
+				g, err := q.Take(ctx, queue.Request{Cost: 1, Flow: flow, Weight: weight})
 				if err == nil {
-					granted <- grant{client, release}
+					granted <- grant{client, g.Release}
 				}
 			}()
 			for q.Stats().Waiting == before && ctx.Err() == nil {
@@ -158,9 +158,10 @@ func heldQueue(t *testing.T) (q *queue.Queue, ctx context.Context, cancel contex
 	}
 	ctx, cancel = context.WithTimeout(context.Background(), 20*time.Second)
 	t.Cleanup(cancel)
-	hold, err = q.Acquire(ctx, queue.Request{Cost: 1})
+	g, err := q.Take(ctx, queue.Request{Cost: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
+	hold = g.Release
 	return q, ctx, cancel, hold
 }

@@ -82,8 +82,7 @@ type seriesKey struct{ client, method string }
 type series struct {
 	base    options            // client, service, method
 	reasons map[string]options // + reason, for every RejectionReasons and Other
-	attrs   []attribute.KeyValue
-	labels  []string // client, service, method
+	labels  []string           // client, service, method
 
 	duration, batchSize lazy[prometheus.Observer]
 	sources             [len(sourceNames)]lazy[prometheus.Counter] // cache, store, not_found, invalid
@@ -188,16 +187,16 @@ func (r *Requests) seriesOf(ctx context.Context, client, fullMethod string) *ser
 }
 
 func newSeries(key seriesKey) *series {
+	labels := []string{key.client, serviceOf(key.method), shortMethod(key.method)}
 	attrs := []attribute.KeyValue{
-		attribute.String("client", key.client),
-		attribute.String("service", serviceOf(key.method)),
-		attribute.String("method", shortMethod(key.method)),
+		attribute.String("client", labels[0]),
+		attribute.String("service", labels[1]),
+		attribute.String("method", labels[2]),
 	}
 	with := func(kv attribute.KeyValue) options {
 		return optionsOf(append(slices.Clip(attrs), kv)...)
 	}
-	se := &series{base: optionsOf(attrs...), reasons: map[string]options{}, attrs: attrs,
-		labels: []string{key.client, serviceOf(key.method), shortMethod(key.method)}}
+	se := &series{base: optionsOf(attrs...), reasons: map[string]options{}, labels: labels}
 	for _, reason := range append(slices.Clip(RejectionReasons), Other) {
 		se.reasons[reason] = with(attribute.String("reason", reason))
 	}

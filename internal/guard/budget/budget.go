@@ -5,7 +5,7 @@
 // A Budget is a token bucket of items per second with a burst, plus a cap
 // on the client's items in flight. Named clients get the budget the
 // config gives them; every other caller, "unknown" included, gets the
-// default budget, each name in its own bucket. Spend (or Charge) either
+// default budget, each name in its own bucket. Spend either
 // admits a request at once or refuses it at once with the reason and how
 // long to wait: it never queues. Budgets can be replaced while serving (SetConfig)
 // without losing the tokens or in-flight counts of the clients already
@@ -230,17 +230,6 @@ func (c *client) setBudget(bud Budget, now time.Time) {
 	c.budget = bud
 	c.limiter.SetLimitAt(now, rate.Limit(bud.ItemsPerSecond))
 	c.limiter.SetBurstAt(now, bud.Burst)
-}
-
-// Charge is Spend with the charge given back by a release function,
-// which may be called more than once: only the first call counts.
-func (b *Budgets) Charge(name string, cost int64, now time.Time) (release func(), refusal *Refusal) {
-	spent, refusal := b.Spend(name, cost, now)
-	if refusal != nil {
-		return nil, refusal
-	}
-	var once sync.Once
-	return func() { once.Do(spent.Release) }, nil
 }
 
 // Spend admits cost items for name at now, or refuses them. On success

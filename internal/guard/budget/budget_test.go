@@ -3,6 +3,7 @@ package budget
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -223,4 +224,16 @@ func TestSpendReleasesItsItems(t *testing.T) {
 		t.Fatalf("100 items after the release: %v", ref)
 	}
 	again.Release()
+}
+
+// Charge is Spend with the charge given back by a release function, for
+// the tests: a release may be called more than once, and only the first
+// call counts.
+func (b *Budgets) Charge(name string, cost int64, now time.Time) (release func(), refusal *Refusal) {
+	spent, refusal := b.Spend(name, cost, now)
+	if refusal != nil {
+		return nil, refusal
+	}
+	var once sync.Once
+	return func() { once.Do(spent.Release) }, nil
 }

@@ -63,7 +63,7 @@ import (
 	"time"
 )
 
-// Errors returned by Take and Acquire, wrapped with detail; match with errors.Is.
+// Errors returned by Take, wrapped with detail; match with errors.Is.
 var (
 	// ErrShed reports a request refused or dropped to keep latency flat.
 	ErrShed = errors.New("queue: shed")
@@ -234,17 +234,6 @@ func (q *Queue) flowSince(fl *flow) time.Time {
 // standing reports whether a queue that has been non-empty since
 // lastEmpty is a standing queue at now.
 func (c Config) standing(now, lastEmpty time.Time) bool { return now.Sub(lastEmpty) >= c.Interval }
-
-// Acquire is Take with its grant as a release function, which may be
-// called more than once: only the first call gives the items back.
-func (q *Queue) Acquire(ctx context.Context, r Request) (release func(), err error) {
-	g, err := q.Take(ctx, r)
-	if err != nil {
-		return nil, err
-	}
-	var once sync.Once
-	return func() { once.Do(g.Release) }, nil
-}
 
 // Take admits r, waiting as the rule allows. On success the caller must
 // call the grant's Release exactly once when the work is done.

@@ -1061,3 +1061,15 @@ func TestTakeGrantReleases(t *testing.T) {
 		t.Errorf("in use %d after the release, want 0", s.InUse)
 	}
 }
+
+// Acquire is Take with its grant as a release function, for the tests:
+// a release may be called more than once, and only the first call gives
+// the items back.
+func (q *Queue) Acquire(ctx context.Context, r Request) (release func(), err error) {
+	g, err := q.Take(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	var once sync.Once
+	return func() { once.Do(g.Release) }, nil
+}
