@@ -37,7 +37,11 @@ func BenchmarkRefuseOversizedBatch(b *testing.B) {
 		return checkShape("GetPostRecords", f, f.items(&req), p)
 	}
 	countFirst := func() error {
-		return tooManyItems("GetPostRecords", f, f.count(wire), p)
+		n, err := f.count(wire)
+		if err != nil {
+			return err
+		}
+		return tooManyItems("GetPostRecords", f, n, p)
 	}
 	var took [2]time.Duration
 	var allocated [2]uint64

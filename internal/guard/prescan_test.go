@@ -1,6 +1,7 @@
 package guard_test
 
 import (
+	"bytes"
 	"context"
 	"slices"
 	"strings"
@@ -129,4 +130,54 @@ func (garbageCodec) Marshal(any) (mem.BufferSlice, error) {
 
 func (garbageCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	return encoding.GetCodecV2("proto").Unmarshal(data, v)
+}
+
+// Tests that a batch whose bytes hold a group field, or stop parsing
+// after many items, is refused with InvalidArgument saying so, before
+// anything is decoded, whether it arrives in one frame or in many.
+// Counting used to skip such a request (count 0), which then had every
+// item before the fault decoded.
+func TestUncountableBatchRefusedUndecoded(t *testing.T) {
+	sizes := &decodedSizes{}
+	f := start(t, testConfig(), newPostRecords(), guard.WithGRPCOptions(grpc.ChainUnaryInterceptor(sizes.intercept)))
+	ctx := testContext(t, 10*time.Second)
+	items := func(n int) []byte { // n times uris: ""
+		return bytes.Repeat([]byte{0x0a, 0x00}, n)
+	}
+	group := []byte{0x9b, 0x06, 0x9c, 0x06} // field 99: start group, end group
+	cases := []struct {
+		name, want string
+		body       []byte
+	}{
+		{"group, many frames", "field 99 is a group", append(slices.Clone(group), items(20_000)...)},
+		{"group, one frame", "field 99 is a group", append(items(10), group...)},
+		{"bad tail, many frames", "do not parse as protobuf from byte 40000", append(items(20_000), 0x0a, 0x7f)},
+		{"bad tail, one frame", "do not parse as protobuf from byte 20", append(items(10), 0x0a, 0x7f)},
+	}
+	for _, c := range cases {
+		err := f.conn.Invoke(ctx, "/sluice.v1.PostRecords/GetPostRecords", &c.body, new([]byte), grpc.ForceCodecV2(rawBytesCodec{}))
+		if st := wantCode(t, err, codes.InvalidArgument); !strings.Contains(st.Message(), c.want) {
+			t.Errorf("%s: message %q, want it to say %q", c.name, st.Message(), c.want)
+		}
+	}
+	if got := sizes.seen(); len(got) != 0 {
+		t.Errorf("requests decoded = %v, want none", got)
+	}
+	if n := f.impl.calls.Load(); n != 0 {
+		t.Errorf("handler ran %d times, want 0", n)
+	}
+}
+
+// rawBytesCodec sends a *[]byte as the request's wire bytes.
+type rawBytesCodec struct{}
+
+func (rawBytesCodec) Name() string { return "proto" }
+
+func (rawBytesCodec) Marshal(v any) (mem.BufferSlice, error) {
+	return mem.BufferSlice{mem.SliceBuffer(*v.(*[]byte))}, nil
+}
+
+func (rawBytesCodec) Unmarshal(data mem.BufferSlice, v any) error {
+	*v.(*[]byte) = data.Materialize()
+	return nil
 }
