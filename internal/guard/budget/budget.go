@@ -167,9 +167,10 @@ func (r *Refusal) Error() string {
 	return fmt.Sprintf("client %q: %d items over its rate (budget %v); retry in %v", r.Client, r.Cost, r.Budget, r.RetryAfter.Round(time.Millisecond))
 }
 
-// MaxTracked bounds how many client names have their own state; beyond
-// it, idle clients are forgotten, and if none is idle the newcomer shares
-// one overflow bucket with the default budget.
+// MaxTracked bounds how many client names have their own state, beside
+// the clients the config names (which always have theirs); beyond it,
+// idle clients are forgotten, and if none is idle an unnamed newcomer
+// shares one overflow bucket with the default budget.
 const MaxTracked = 10_000
 
 // overflowName keys the shared state of untracked names.
@@ -218,10 +219,11 @@ func (b *Budgets) SetConfig(cfg Config, now time.Time) error {
 	defer b.mu.Unlock()
 	b.cfg = cfg
 	for name, c := range b.clients {
+		bud := cfg.For(name)
 		if name == overflowName {
-			name = ""
+			bud = cfg.Default
 		}
-		c.setBudget(cfg.For(name), now)
+		c.setBudget(bud, now)
 	}
 	return nil
 }
@@ -278,22 +280,25 @@ func (s Spent) Release() {
 	s.b.mu.Unlock()
 }
 
-// state returns name's state, creating it with a full bucket.
+// state returns name's state, creating it with a full bucket. A client
+// named in the config always has its own; an unnamed one shares the
+// overflow bucket, with the default budget, while MaxTracked others are
+// busy.
 func (b *Budgets) state(name string, now time.Time) *client {
 	if c, ok := b.clients[name]; ok {
 		return c
 	}
-	if len(b.clients) >= MaxTracked {
+	_, listed := b.cfg.Clients[name]
+	if !listed && len(b.clients) >= MaxTracked {
 		b.forgetIdle(now)
 	}
-	key := name
-	if len(b.clients) >= MaxTracked {
-		key = overflowName
+	key, bud := name, b.cfg.For(name)
+	if !listed && len(b.clients) >= MaxTracked {
+		key, bud = overflowName, b.cfg.Default
 		if c, ok := b.clients[key]; ok {
 			return c
 		}
 	}
-	bud := b.cfg.For(name)
 	c := &client{budget: bud, limiter: rate.NewLimiter(rate.Limit(bud.ItemsPerSecond), bud.Burst)}
 	b.clients[key] = c
 	return c

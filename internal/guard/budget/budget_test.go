@@ -162,6 +162,34 @@ func TestTrackedBounded(t *testing.T) {
 	}
 }
 
+// Tests that, with MaxTracked unnamed callers busy, a client the config
+// names still gets its own budget, and that the overflow bucket the
+// newcomers share has the default budget whoever arrived first, a named
+// client included.
+func TestNamedClientsNeverOverflow(t *testing.T) {
+	b := mustNew(t, testConfig())
+	for i := range MaxTracked {
+		if _, ref := b.Charge(fmt.Sprintf("c%d", i), 1, t0); ref != nil {
+			t.Fatalf("client %d: %v", i, ref)
+		}
+	}
+	// Each busy: one item in flight, so none is forgotten. "bulk" is
+	// named, with a burst of 200 and 150 in flight against the
+	// default's 1,000.
+	if _, ref := b.Charge("bulk", 150, t0); ref != nil {
+		t.Fatalf("named client with MaxTracked others busy: %v", ref)
+	}
+	if _, ref := b.Charge("bulk", 1, t0); ref == nil || ref.Reason != OverInflight || ref.Budget.MaxInflightItems != 150 {
+		t.Errorf("named client's 151st item in flight: %+v, want refused by its own cap of 150", ref)
+	}
+	if _, ref := b.Charge("stranger", 1000, t0); ref != nil {
+		t.Errorf("unnamed newcomer within the default budget: %v", ref)
+	}
+	if _, ref := b.Charge("another", 1, t0); ref == nil || ref.Budget != testConfig().Default {
+		t.Errorf("second unnamed newcomer: %+v, want refused by the shared overflow bucket's default budget", ref)
+	}
+}
+
 func TestValidate(t *testing.T) {
 	for _, bad := range []Budget{
 		{ItemsPerSecond: 0, Burst: 1, MaxInflightItems: 1},
