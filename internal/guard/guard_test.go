@@ -920,3 +920,47 @@ func TestUnservedServerHoldsNoGoroutine(t *testing.T) {
 		t.Errorf("Serve: %v", err)
 	}
 }
+
+// Tests that a stream which sends its headers and never its request is
+// cancelled once its method's timeout has passed, giving back its
+// stream slot and request-bytes reservation and counting a deadline
+// refusal, so that such streams cannot hold every slot: a caller that
+// comes afterwards is served.
+func TestSilentStreamsCancelled(t *testing.T) {
+	cfg := testConfig()
+	for name, p := range cfg.Methods {
+		p.Timeout = 200 * time.Millisecond
+		cfg.Methods[name] = p
+	}
+	cfg.MaxStreams = 4
+	obs := &observer{}
+	f := start(t, cfg, newPostRecords(), guard.WithObserver(obs))
+	ctx := testContext(t, 30*time.Second)
+	silent := make([]grpc.ClientStream, 4)
+	for i := range silent {
+		sctx := metadata.AppendToOutgoingContext(ctx, "x-client-id", fmt.Sprintf("silent-%d", i))
+		s, err := f.conn.NewStream(sctx, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, "/sluice.v1.PostRecords/GetPostRecord")
+		if err != nil {
+			t.Fatal(err)
+		}
+		silent[i] = s
+	}
+	waitFor(t, func() string { return fmt.Sprintf("%d streams reached the server", f.srv.MemoryStats().PeakStreams) },
+		func() bool { return f.srv.MemoryStats().PeakStreams == 4 })
+	waitFor(t, func() string { return fmt.Sprintf("%d streams open", f.srv.MemoryStats().Streams) },
+		func() bool { return f.srv.MemoryStats().Streams == 0 })
+	for i, s := range silent {
+		if err := s.RecvMsg(new(sluicev1.PostRecord)); err == nil {
+			t.Errorf("silent stream %d: answered, want it ended", i)
+		}
+	}
+	if held := f.srv.MemoryStats().Requests.Held; held != 0 {
+		t.Errorf("request bytes held after the silent streams ended: %v", held)
+	}
+	if got := obs.reasons(); !slices.Equal(got, []string{guard.ReasonDeadline, guard.ReasonDeadline, guard.ReasonDeadline, guard.ReasonDeadline}) {
+		t.Errorf("refusals = %v, want deadline for each silent stream", got)
+	}
+	if _, err := f.client.GetPostRecord(ctx, &sluicev1.GetPostRecordRequest{Uri: uris(1)[0]}); err != nil {
+		t.Errorf("a call after the silent streams: %v", err)
+	}
+}

@@ -381,7 +381,25 @@ func (s *Server) tapHandle(ctx context.Context, info *tap.Info) (context.Context
 	}
 	r := &receiving{mem: mem, res: res, caller: id, criticality: info.Header[CriticalityKey]}
 	r.stopEnd = context.AfterFunc(ctx, r.end)
+	// A stream that sends its headers and then nothing would hold its
+	// slot and reservation until the caller left: its request must
+	// arrive within the method's timeout, or the stream is cancelled.
+	ctx, cancel := context.WithCancel(ctx)
+	r.receiveTimer = time.AfterFunc(s.receiveTimeout(info.FullMethodName), func() {
+		s.observer.Rejected(ctx, Request{Client: client, Method: s.observedMethod(info.FullMethodName)}, ReasonDeadline)
+		cancel()
+	})
 	return context.WithValue(ctx, receivingKey{}, r), nil
+}
+
+// receiveTimeout is how long a stream of fullMethod may take to deliver
+// its request: the method's timeout, or the default policy's for a
+// method without one (health checks, paths sluice does not serve).
+func (s *Server) receiveTimeout(fullMethod string) time.Duration {
+	if m, ok := s.methods[fullMethod]; ok {
+		return m.policy.Timeout
+	}
+	return DefaultPolicy().Timeout
 }
 
 // identified is the caller's identity as s.identify gave it.
@@ -501,6 +519,9 @@ type receiving struct {
 	// stopEnd stops the context.AfterFunc that runs end when the
 	// stream's context ends; it reports whether it stopped it.
 	stopEnd func() bool
+	// receiveTimer cancels the stream if its request has not arrived
+	// within its method's timeout; received stops it.
+	receiveTimer *time.Timer
 }
 
 // receivingOf returns the stream's admission the tap recorded in ctx,
@@ -512,8 +533,11 @@ func receivingOf(ctx context.Context) *receiving {
 
 // received is the function received on r; a nil r does nothing.
 func (r *receiving) received(keep membudget.Bytes) {
+	if r == nil {
+		return
+	}
+	r.receiveTimer.Stop()
 	switch {
-	case r == nil:
 	case keep > 0:
 		r.kept.Store(true)
 		r.res.Shrink(keep)
