@@ -18,6 +18,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"sync/atomic"
 	"time"
 
@@ -74,7 +75,15 @@ type Service struct {
 
 	invalidationFailures atomic.Int64
 	coalesced            atomic.Int64
+	// writes counts this Service's store writes per hash slot of their
+	// URIs: a read that began after a write was acknowledged never takes
+	// the answer of a shared store read that began before it (load).
+	writes [writeSlots]atomic.Uint64
+	seed   maphash.Seed
 }
+
+// writeSlots is the number of write counters URIs are hashed onto.
+const writeSlots = 4096
 
 // WriteLimits bounds what the write path accepts.
 type WriteLimits struct {
@@ -96,7 +105,7 @@ func New(collection string, c Cache, s store.Store, limits WriteLimits, opts ...
 	if limits.MaxRecordBytes <= 0 {
 		limits = DefaultWriteLimits()
 	}
-	svc := &Service{collection: collection, cache: c, store: s, limits: limits, opts: defaultOptions()}
+	svc := &Service{collection: collection, cache: c, store: s, limits: limits, opts: defaultOptions(), seed: maphash.MakeSeed()}
 	for _, opt := range opts {
 		opt(&svc.opts)
 	}
@@ -356,20 +365,48 @@ func storeContext(ctx context.Context) (context.Context, context.CancelFunc) {
 }
 
 // load reads one URI from the store, sharing the read with concurrent
-// requests for the same URI. If the request that led the shared read gave
-// up (its context ended) while this one still has time, it reads again.
+// requests for the same URI. It reads again on its own if the shared
+// read began before a write of the URI that was acknowledged before this
+// read began (a read after a write never sees the old record), or if the
+// request that led the shared read gave up (its context ended) while
+// this one still has time.
 func (s *Service) load(ctx context.Context, uri string) (Result, error) {
-	v, err, shared := s.loads.Do(uri, func() (any, error) { return s.storeGet(ctx, uri) })
+	writes := s.writesOf(uri)
+	before := writes.Load()
+	v, err, shared := s.loads.Do(uri, func() (any, error) {
+		r, err := s.storeGet(ctx, uri)
+		return sharedRead{r, before}, err
+	})
 	if shared {
 		s.coalesced.Add(1)
-	}
-	if err != nil && shared && isContextErr(err) && ctx.Err() == nil {
-		return s.storeGet(ctx, uri)
+		if v.(sharedRead).writes != before || (err != nil && isContextErr(err) && ctx.Err() == nil) {
+			return s.storeGet(ctx, uri)
+		}
 	}
 	if err != nil {
 		return Result{}, err
 	}
-	return v.(Result), nil
+	return v.(sharedRead).Result, nil
+}
+
+// sharedRead is a store read's answer and the URI's write count when
+// the read began.
+type sharedRead struct {
+	Result
+	writes uint64
+}
+
+// writesOf is the write counter of uri's hash slot.
+func (s *Service) writesOf(uri string) *atomic.Uint64 {
+	return &s.writes[maphash.String(s.seed, uri)%writeSlots]
+}
+
+// wrote counts a store write of uris, once the store has acknowledged
+// it and before the write is.
+func (s *Service) wrote(uris []string) {
+	for _, u := range uris {
+		s.writesOf(u).Add(1)
+	}
 }
 
 func (s *Service) storeGet(ctx context.Context, uri string) (Result, error) {

@@ -158,6 +158,47 @@ func TestSlowReadCannotRefillAStaleVersion(t *testing.T) {
 	}
 }
 
+// Tests that a read which begins after a write was acknowledged never
+// answers the old version by sharing a store read that began before the
+// write (reads of one URI share one store read while it is in flight).
+func TestReadAfterWriteSharesNoOlderRead(t *testing.T) {
+	svc, gs, recs := newService(t, 1)
+	target := recs[0]
+	gs.holdURI, gs.reached, gs.released = target.URI, make(chan struct{}), make(chan struct{})
+	ctx := testCtx(t, 4)
+	reached := gs.reached
+	firstDone := make(chan struct{})
+	go func() {
+		defer close(firstDone)
+		_, _, _ = svc.Get(ctx, []string{target.URI})
+	}()
+	<-reached // the first read holds the old version, still in flight
+
+	updated := target
+	updated.JSON = bytes.Replace(target.JSON, []byte(`"text":"`), []byte(`"text":"v2 `), 1)
+	if _, err := svc.Put(ctx, []store.Record{updated}); err != nil {
+		t.Fatal(err)
+	}
+	after := make(chan []Result)
+	go func() {
+		res, _, err := svc.Get(ctx, []string{target.URI})
+		if err != nil {
+			t.Error(err)
+		}
+		after <- res
+	}()
+	// Time for the read after the write to join the one in flight; were
+	// it slower, it would read on its own and the test would pass
+	// without showing anything, never fail wrongly.
+	time.Sleep(500 * time.Millisecond)
+	close(gs.released)
+	<-firstDone
+	if res := <-after; !bytes.Equal(res[0].Record.JSON, updated.JSON) {
+		t.Fatalf("a read begun after the write was acknowledged returned the old version (from cache: %v)", res[0].FromCache)
+	}
+	t.Logf("reads that shared a store read: %d (2 when the read after the write joined the one in flight)", svc.Coalesced())
+}
+
 // Tests that a store failure fails the whole batch, never a partial
 // answer, and that cache hits in the same batch do not hide it.
 func TestStoreFailureFailsTheBatch(t *testing.T) {

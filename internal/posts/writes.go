@@ -74,6 +74,7 @@ func (s *Service) modify(ctx context.Context, uri string, create bool, change fu
 		s.logWriteError(ctx, "update", 1, err)
 		return false, fmt.Errorf("posts: update %s: %w", uri, err)
 	}
+	s.wrote([]string{uri})
 	s.invalidate(ctx, []string{uri})
 	return existed, nil
 }
@@ -98,6 +99,7 @@ func (s *Service) Put(ctx context.Context, recs []store.Record) (int, error) {
 		s.logWriteError(ctx, "put", len(recs), err)
 		return 0, fmt.Errorf("posts: write %d records: %w", len(recs), err)
 	}
+	s.wrote(uriList(recs))
 	s.opts.afterStoreWrite(uriList(recs))
 	s.invalidate(ctx, uriList(recs))
 	return len(recs), nil
@@ -114,6 +116,7 @@ func (s *Service) Delete(ctx context.Context, uris []string) (int, error) {
 		s.logWriteError(ctx, "delete", len(uris), err)
 		return 0, fmt.Errorf("posts: delete %d records: %w", len(uris), err)
 	}
+	s.wrote(uris)
 	s.opts.afterStoreWrite(uris)
 	s.invalidate(ctx, uris)
 	return n, nil
