@@ -8,6 +8,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"slices"
 	"time"
 
 	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
@@ -239,10 +240,25 @@ func (c Config) Validate() error {
 		errs = append(errs, err)
 	}
 	errs = append(errs, c.checkTakedownTimeouts()...)
-	if longest := c.longestTimeout(); c.Cache.TombstoneTTL <= longest {
-		errs = append(errs, fmt.Errorf("config: cache tombstone_ttl %v must exceed the longest method timeout %v, or a slow read could refill a stale record", c.Cache.TombstoneTTL, longest))
+	if err := c.checkTombstoneTTL(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// checkTombstoneTTL refuses a tombstone that could expire before a read
+// that fetched the record before the write has refilled it: such a read
+// lasts at most its request's timeout (a split batch's own, when a
+// method gives one) and its refill the cache's timeout, and memcached
+// counts expiry in whole seconds, so a tombstone of tombstone_ttl can be
+// gone a second early.
+func (c Config) checkTombstoneTTL() error {
+	longest, which := c.longestTimeout()
+	need := longest + c.Cache.Timeout + time.Second
+	if c.Cache.TombstoneTTL >= need {
+		return nil
+	}
+	return fmt.Errorf("config: cache tombstone_ttl %v must be at least %v: the longest request timeout (%v, %s) plus the cache timeout (%v) plus 1s (memcached counts expiry in whole seconds), or a slow read could refill a stale record after the tombstone expired", c.Cache.TombstoneTTL, need, longest, which, c.Cache.Timeout)
 }
 
 // checkTakedownTimeouts refuses write methods that cannot wait out the
@@ -266,10 +282,21 @@ func (c Config) checkTakedownTimeouts() []error {
 // longestEntry is the longest a cache entry lives.
 func (c Config) longestEntry() time.Duration { return max(c.Cache.TTL, c.Cache.NegativeTTL) }
 
-func (c Config) longestTimeout() time.Duration {
+// longestTimeout is the longest a request can take: the longest method
+// timeout or split batch timeout, and which one it is.
+func (c Config) longestTimeout() (time.Duration, string) {
 	var longest time.Duration
-	for _, p := range c.Guard.Methods {
-		longest = max(longest, p.Timeout)
+	var which string
+	for _, name := range slices.Sorted(maps.Keys(c.Guard.Methods)) {
+		p := c.Guard.Methods[name]
+		if p.Timeout > longest {
+			longest, which = p.Timeout, "method "+name
+		}
+		for _, client := range slices.Sorted(maps.Keys(p.Oversize)) {
+			if t := p.Oversize[client].Timeout; t > longest {
+				longest, which = t, fmt.Sprintf("the split timeout of client %q on %s", client, name)
+			}
+		}
 	}
-	return longest
+	return longest, which
 }

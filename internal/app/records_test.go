@@ -325,7 +325,7 @@ func TestTakedownSeenAtOnceThroughAnotherReplicasNearCache(t *testing.T) {
 			p.Timeout = 4 * time.Second
 			c.Guard.Methods[name] = p
 		}
-		c.Cache.TombstoneTTL = 5 * time.Second
+		c.Cache.TombstoneTTL = 6 * time.Second
 	}
 	writer := startServer(t, 0, replica)
 	reader := startServer(t, 0, func(c *Config) {

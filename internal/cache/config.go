@@ -27,8 +27,10 @@ type Config struct {
 	// NegativeTTL is the lifetime of "not found" entries. Default 30s.
 	NegativeTTL time.Duration `yaml:"negative_ttl"`
 	// TombstoneTTL is how long a write or delete blocks refills of a key.
-	// It must exceed the longest request timeout, so that a read that
-	// started before the write cannot refill the old value. Default 3s.
+	// It must be at least the longest request timeout plus Timeout plus
+	// a second (memcached counts expiry in whole seconds), so that a read
+	// that started before the write cannot refill the old value; the
+	// app's config check enforces it. Default 5s.
 	TombstoneTTL time.Duration `yaml:"tombstone_ttl"`
 	// MaxKeysPerGet is the most keys sent in one memcached get. Default 100.
 	MaxKeysPerGet int `yaml:"max_keys_per_get"`
@@ -56,7 +58,7 @@ func DefaultConfig() Config {
 		Timeout:            250 * time.Millisecond,
 		TTL:                10 * time.Minute,
 		NegativeTTL:        30 * time.Second,
-		TombstoneTTL:       3 * time.Second,
+		TombstoneTTL:       5 * time.Second,
 		MaxKeysPerGet:      100,
 		SingleGetsInFlight: 1,
 		BreakerFailures:    5,
