@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
@@ -126,6 +127,9 @@ func (c *Config) LoadFile(path string) error {
 	if err != nil {
 		return err
 	}
+	if err := c.checkMethodNames(f.Guard.Methods); err != nil {
+		return fmt.Errorf("config %s: %w", path, err)
+	}
 	c.Guard = c.Guard.Merge(f.Guard)
 	c.Guard.Admission = f.admission()
 	c.Cache = overlayCache(c.Cache, f.Cache)
@@ -140,6 +144,31 @@ func (c *Config) LoadFile(path string) error {
 		c.Near.MaxBytes = *f.NearCache.MaxBytes
 	}
 	return nil
+}
+
+// checkMethodNames refuses a policy under a name no served method has: a
+// misspelled name would otherwise leave the method it meant on its
+// defaults without a word.
+func (c Config) checkMethodNames(policies map[string]guard.Policy) error {
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(policies)) {
+		if _, ok := c.Guard.Methods[name]; ok {
+			continue
+		}
+		service, _, _ := strings.Cut(name, "/")
+		var same []string
+		for _, known := range slices.Sorted(maps.Keys(c.Guard.Methods)) {
+			if strings.HasPrefix(known, service+"/") {
+				same = append(same, known)
+			}
+		}
+		hint := "methods are named service/Method, as sluice.v1.PostRecords/GetPostRecords"
+		if len(same) > 0 {
+			hint = "the methods of " + service + " are " + strings.Join(same, ", ")
+		}
+		errs = append(errs, fmt.Errorf("guard.methods: %q is not a method sluice serves (%s)", name, hint))
+	}
+	return errors.Join(errs...)
 }
 
 func overlayJournal(c, f journal.Config) journal.Config {

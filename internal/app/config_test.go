@@ -55,6 +55,8 @@ func TestConfigErrors(t *testing.T) {
 		{name: "availability objective too low", yaml: "slo:\n  availability: 0.9\n", want: "slo: availability must be between 0.95 and 0.99999, got 0.9"},
 		{name: "latency objective of one", yaml: "slo:\n  latency: {objective: 1}\n", want: "slo: latency.objective must be between 0.95 and 0.99999, got 1"},
 		{name: "negative latency threshold", yaml: "slo:\n  latency: {threshold: -5ms}\n", want: "slo: latency.threshold must be positive and at most 1m0s, got -5ms"},
+		{name: "misspelled method", yaml: "guard:\n  methods:\n    sluice.v1.PostRecords/GetPostRecord5: {max_items: 1, max_uri_length: 512, concurrency: 1, timeout: 1s}\n", want: `guard.methods: "sluice.v1.PostRecords/GetPostRecord5" is not a method sluice serves (the methods of sluice.v1.PostRecords are sluice.v1.PostRecords/DeletePostRecords, sluice.v1.PostRecords/GetLimits, sluice.v1.PostRecords/GetPostRecord, sluice.v1.PostRecords/GetPostRecords, sluice.v1.PostRecords/PutPostRecords)`},
+		{name: "method without its service", yaml: "guard:\n  methods:\n    GetPostRecords: {timeout: 1s}\n", want: `"GetPostRecords" is not a method sluice serves (methods are named service/Method, as sluice.v1.PostRecords/GetPostRecords)`},
 		{name: "unknown slo key", yaml: "slo:\n  availabilty: 0.99\n", want: "availabilty"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
