@@ -31,7 +31,7 @@ import (
 type fileConfig struct {
 	Guard     guard.Config       `yaml:"guard"`
 	Cache     cacheFile          `yaml:"cache"`
-	Telemetry telemetry.Config   `yaml:"telemetry"`
+	Telemetry telemetryFile      `yaml:"telemetry"`
 	Admission *budget.Config     `yaml:"admission"`
 	TLS       identity.TLSConfig `yaml:"tls"`
 	Journal   journal.Config     `yaml:"journal"`
@@ -47,16 +47,33 @@ type nearFile struct {
 }
 
 // cacheFile holds the cache settings a file may change; servers and the
-// connection cap come from flags.
+// connection cap come from flags. A field left out keeps its default; a
+// zero written is checked as written (and refused where invalid).
 type cacheFile struct {
-	Timeout            time.Duration `yaml:"timeout"`
-	TTL                time.Duration `yaml:"ttl"`
-	NegativeTTL        time.Duration `yaml:"negative_ttl"`
-	TombstoneTTL       time.Duration `yaml:"tombstone_ttl"`
-	MaxKeysPerGet      int           `yaml:"max_keys_per_get"`
-	SingleGetsInFlight int           `yaml:"single_gets_in_flight"`
-	BreakerFailures    uint32        `yaml:"breaker_failures"`
-	BreakerCoolDown    time.Duration `yaml:"breaker_cool_down"`
+	Timeout            *time.Duration `yaml:"timeout"`
+	TTL                *time.Duration `yaml:"ttl"`
+	NegativeTTL        *time.Duration `yaml:"negative_ttl"`
+	TombstoneTTL       *time.Duration `yaml:"tombstone_ttl"`
+	MaxKeysPerGet      *int           `yaml:"max_keys_per_get"`
+	SingleGetsInFlight *int           `yaml:"single_gets_in_flight"`
+	BreakerFailures    *uint32        `yaml:"breaker_failures"`
+	BreakerCoolDown    *time.Duration `yaml:"breaker_cool_down"`
+}
+
+// telemetryFile holds the telemetry settings a file may change; a field
+// left out keeps its default, and trace_sample_ratio: 0 samples no new
+// trace.
+type telemetryFile struct {
+	Clients          []string `yaml:"clients"`
+	OTLPEndpoint     *string  `yaml:"otlp_endpoint"`
+	TraceSampleRatio *float64 `yaml:"trace_sample_ratio"`
+}
+
+// setIfGiven sets *dst to *v when the file gave v.
+func setIfGiven[T any](dst *T, v *T) {
+	if v != nil {
+		*dst = *v
+	}
 }
 
 // Config is everything a sluice server needs, assembled from defaults,
@@ -133,16 +150,12 @@ func (c *Config) LoadFile(path string) error {
 	c.Guard = c.Guard.Merge(f.Guard)
 	c.Guard.Admission = f.admission()
 	c.Cache = overlayCache(c.Cache, f.Cache)
-	c.Telemetry = c.Telemetry.Merge(f.Telemetry)
+	c.Telemetry = overlayTelemetry(c.Telemetry, f.Telemetry)
 	c.TLS = f.TLS
 	c.Journal = overlayJournal(c.Journal, f.Journal)
 	c.SLO = c.SLO.Merge(f.SLO)
-	if f.NearCache.TTL != nil {
-		c.Near.TTL = *f.NearCache.TTL
-	}
-	if f.NearCache.MaxBytes != nil {
-		c.Near.MaxBytes = *f.NearCache.MaxBytes
-	}
+	setIfGiven(&c.Near.TTL, f.NearCache.TTL)
+	setIfGiven(&c.Near.MaxBytes, f.NearCache.MaxBytes)
 	return nil
 }
 
@@ -227,14 +240,23 @@ func (f fileConfig) admission() budget.Config {
 }
 
 func overlayCache(c cache.Config, f cacheFile) cache.Config {
-	c.Timeout = cmp.Or(f.Timeout, c.Timeout)
-	c.TTL = cmp.Or(f.TTL, c.TTL)
-	c.NegativeTTL = cmp.Or(f.NegativeTTL, c.NegativeTTL)
-	c.TombstoneTTL = cmp.Or(f.TombstoneTTL, c.TombstoneTTL)
-	c.BreakerCoolDown = cmp.Or(f.BreakerCoolDown, c.BreakerCoolDown)
-	c.MaxKeysPerGet = cmp.Or(f.MaxKeysPerGet, c.MaxKeysPerGet)
-	c.SingleGetsInFlight = cmp.Or(f.SingleGetsInFlight, c.SingleGetsInFlight)
-	c.BreakerFailures = cmp.Or(f.BreakerFailures, c.BreakerFailures)
+	setIfGiven(&c.Timeout, f.Timeout)
+	setIfGiven(&c.TTL, f.TTL)
+	setIfGiven(&c.NegativeTTL, f.NegativeTTL)
+	setIfGiven(&c.TombstoneTTL, f.TombstoneTTL)
+	setIfGiven(&c.BreakerCoolDown, f.BreakerCoolDown)
+	setIfGiven(&c.MaxKeysPerGet, f.MaxKeysPerGet)
+	setIfGiven(&c.SingleGetsInFlight, f.SingleGetsInFlight)
+	setIfGiven(&c.BreakerFailures, f.BreakerFailures)
+	return c
+}
+
+func overlayTelemetry(c telemetry.Config, f telemetryFile) telemetry.Config {
+	if f.Clients != nil {
+		c.Clients = f.Clients
+	}
+	setIfGiven(&c.OTLPEndpoint, f.OTLPEndpoint)
+	setIfGiven(&c.TraceSampleRatio, f.TraceSampleRatio)
 	return c
 }
 

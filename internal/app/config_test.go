@@ -39,6 +39,32 @@ func TestExampleConfigLoads(t *testing.T) {
 	}
 }
 
+// Tests that a zero the file writes is taken as written where it is
+// valid: trace_sample_ratio 0 samples no new trace, near_cache ttl 0
+// turns the near cache off; a key left out keeps its default.
+func TestConfigZerosTakenAsWritten(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(path, []byte("telemetry:\n  trace_sample_ratio: 0\nnear_cache:\n  ttl: 0s\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	if err := cfg.LoadFile(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Telemetry.TraceSampleRatio != 0 {
+		t.Errorf("trace_sample_ratio = %v, want 0 as written", cfg.Telemetry.TraceSampleRatio)
+	}
+	if cfg.Near.Enabled() {
+		t.Errorf("near cache on after ttl: 0")
+	}
+	if def := DefaultConfig(); cfg.Cache.TTL != def.Cache.TTL || cfg.Telemetry.OTLPEndpoint != def.Telemetry.OTLPEndpoint {
+		t.Errorf("keys left out changed: cache ttl %v, otlp endpoint %q", cfg.Cache.TTL, cfg.Telemetry.OTLPEndpoint)
+	}
+}
+
 func TestConfigErrors(t *testing.T) {
 	for _, tc := range []struct {
 		name, yaml, want string
@@ -57,6 +83,8 @@ func TestConfigErrors(t *testing.T) {
 		{name: "negative latency threshold", yaml: "slo:\n  latency: {threshold: -5ms}\n", want: "slo: latency.threshold must be positive and at most 1m0s, got -5ms"},
 		{name: "misspelled method", yaml: "guard:\n  methods:\n    sluice.v1.PostRecords/GetPostRecord5: {max_items: 1, max_uri_length: 512, concurrency: 1, timeout: 1s}\n", want: `guard.methods: "sluice.v1.PostRecords/GetPostRecord5" is not a method sluice serves (the methods of sluice.v1.PostRecords are sluice.v1.PostRecords/DeletePostRecords, sluice.v1.PostRecords/GetLimits, sluice.v1.PostRecords/GetPostRecord, sluice.v1.PostRecords/GetPostRecords, sluice.v1.PostRecords/PutPostRecords)`},
 		{name: "method without its service", yaml: "guard:\n  methods:\n    GetPostRecords: {timeout: 1s}\n", want: `"GetPostRecords" is not a method sluice serves (methods are named service/Method, as sluice.v1.PostRecords/GetPostRecords)`},
+		{name: "zero cache ttl", yaml: "cache:\n  ttl: 0s\n", want: "cache: ttl must be between 1s and 720h, got 0s"},
+		{name: "zero breaker failures", yaml: "cache:\n  breaker_failures: 0\n", want: "cache: breaker_failures must be ≥ 1, got 0"},
 		{name: "unknown slo key", yaml: "slo:\n  availabilty: 0.99\n", want: "availabilty"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

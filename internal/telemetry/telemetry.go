@@ -18,7 +18,6 @@
 package telemetry
 
 import (
-	"cmp"
 	"context"
 	"fmt"
 	"net/http"
@@ -57,16 +56,6 @@ func (c Config) Validate() error {
 		return fmt.Errorf("telemetry: trace_sample_ratio must be between 0 and 1, got %v", c.TraceSampleRatio)
 	}
 	return nil
-}
-
-// Merge overlays the fields of o that are set on c.
-func (c Config) Merge(o Config) Config {
-	if o.Clients != nil {
-		c.Clients = o.Clients
-	}
-	c.OTLPEndpoint = cmp.Or(o.OTLPEndpoint, c.OTLPEndpoint)
-	c.TraceSampleRatio = cmp.Or(o.TraceSampleRatio, c.TraceSampleRatio)
-	return c
 }
 
 // Other is the label of every caller not in Config.Clients.
