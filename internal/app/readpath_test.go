@@ -259,6 +259,7 @@ func TestTrustedBatchSplit(t *testing.T) {
 		// A patient timeout: the test asserts the answer, not its speed.
 		p.Oversize = map[string]guard.Oversize{"indexer": {Mode: guard.OversizeSplit, MaxSplitItems: 25_000, Timeout: time.Minute}}
 		c.Guard.Methods[getManyMethod] = p
+		c.Cache.TombstoneTTL = 2 * time.Minute // outlives the split batch and its refills
 		// The flood test's budget: a split batch fits the memory caps
 		// (its stream reserves for max_split_items, within the share).
 		c.Guard.MemoryLimit = 512 * membudget.MiB
