@@ -19,6 +19,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -79,7 +81,11 @@ type Service struct {
 	// URIs: a read that began after a write was acknowledged never takes
 	// the answer of a shared store read that began before it (load).
 	writes [writeSlots]atomic.Uint64
-	seed   maphash.Seed
+	// writing serialises this Service's store writes per hash slot of
+	// their URIs, so that a read-modify-write (Update, Upsert) never
+	// writes back a record another write changed after it was read.
+	writing [writeSlots]sync.Mutex
+	seed    maphash.Seed
 }
 
 // writeSlots is the number of write counters URIs are hashed onto.
@@ -398,7 +404,31 @@ type sharedRead struct {
 
 // writesOf is the write counter of uri's hash slot.
 func (s *Service) writesOf(uri string) *atomic.Uint64 {
-	return &s.writes[maphash.String(s.seed, uri)%writeSlots]
+	return &s.writes[s.slotOf(uri)]
+}
+
+func (s *Service) slotOf(uri string) uint64 {
+	return maphash.String(s.seed, uri) % writeSlots
+}
+
+// lockWrites takes the write locks of uris' hash slots, in slot order
+// (so two writes never wait for each other's), and returns what releases
+// them.
+func (s *Service) lockWrites(uris []string) (unlock func()) {
+	slots := make([]uint64, len(uris))
+	for i, u := range uris {
+		slots[i] = s.slotOf(u)
+	}
+	slices.Sort(slots)
+	slots = slices.Compact(slots)
+	for _, i := range slots {
+		s.writing[i].Lock()
+	}
+	return func() {
+		for _, i := range slots {
+			s.writing[i].Unlock()
+		}
+	}
 }
 
 // wrote counts a store write of uris, once the store has acknowledged

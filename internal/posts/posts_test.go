@@ -199,6 +199,43 @@ func TestReadAfterWriteSharesNoOlderRead(t *testing.T) {
 	t.Logf("reads that shared a store read: %d (2 when the read after the write joined the one in flight)", svc.Coalesced())
 }
 
+// Tests that two read-modify-writes of one record on a replica never
+// lose one's change: a takedown set while a gate-flag update of the same
+// post is between its read and its write is kept, and so is the flag.
+func TestUpdatesOfOneRecordKeepBothChanges(t *testing.T) {
+	svc, gs, recs := newService(t, 1)
+	target := recs[0]
+	gs.holdURI, gs.reached, gs.released = target.URI, make(chan struct{}), make(chan struct{})
+	ctx := testCtx(t, 4)
+	reached := gs.reached
+	gateDone := make(chan error)
+	go func() {
+		_, err := svc.Update(ctx, target.URI, func(r *store.Record) bool { r.Gates.HasThreadGate = true; return true })
+		gateDone <- err
+	}()
+	<-reached // the gate update has read the record and not written it yet
+	takedownDone := make(chan error)
+	go func() {
+		_, err := svc.Update(ctx, target.URI, func(r *store.Record) bool { r.TakedownRef = "mod:1"; return true })
+		takedownDone <- err
+	}()
+	// Time for the takedown to be written, were nothing to stop it.
+	time.Sleep(200 * time.Millisecond)
+	close(gs.released)
+	for _, done := range []chan error{gateDone, takedownDone} {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec, _, err := svc.Stored(ctx, target.URI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.TakedownRef != "mod:1" || !rec.Gates.HasThreadGate {
+		t.Fatalf("stored takedown %q, thread gate %v: want both changes kept", rec.TakedownRef, rec.Gates.HasThreadGate)
+	}
+}
+
 // Tests that a store failure fails the whole batch, never a partial
 // answer, and that cache hits in the same batch do not hide it.
 func TestStoreFailureFailsTheBatch(t *testing.T) {

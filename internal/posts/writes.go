@@ -19,17 +19,19 @@ func (s *Service) Check(i int, r *store.Record) error { return s.checkRecord(i, 
 // Update reads the record stored under uri from the store (not the
 // cache), applies change, and writes the result back if change reports
 // it changed something, then invalidates the cache entry. It reports
-// whether a record existed. It is a read-modify-write: a concurrent Put of
-// the same record can win over it, and then its change is lost.
+// whether a record existed. It is a read-modify-write, serialised with
+// this Service's other writes of the URI (Put, Delete, Update, Upsert),
+// so none of theirs is lost to it; a write of the same URI through
+// another replica at the same moment is not serialised with it, and one
+// of the two changes can be lost.
 func (s *Service) Update(ctx context.Context, uri string, change func(*store.Record) bool) (bool, error) {
 	return s.modify(ctx, uri, false, func(r *store.Record, _ bool) bool { return change(r) })
 }
 
 // Upsert is Update for a record that may not exist yet: change gets a
 // zero Record with only the URI set, and existed false, when none is
-// stored. The changed record must pass the write rules (Put's). The same
-// read-modify-write caveat holds: of two concurrent upserts of one URI,
-// one change can be lost.
+// stored. The changed record must pass the write rules (Put's). It is
+// serialised as Update is.
 func (s *Service) Upsert(ctx context.Context, uri string, change func(r *store.Record, existed bool) bool) error {
 	_, err := s.modify(ctx, uri, true, change)
 	return err
@@ -51,6 +53,8 @@ func (s *Service) Stored(ctx context.Context, uri string) (store.Record, bool, e
 }
 
 func (s *Service) modify(ctx context.Context, uri string, create bool, change func(*store.Record, bool) bool) (bool, error) {
+	unlock := s.lockWrites([]string{uri})
+	defer unlock()
 	rec, existed, err := s.Stored(ctx, uri)
 	switch {
 	case err != nil:
@@ -95,7 +99,10 @@ func (s *Service) Put(ctx context.Context, recs []store.Record) (int, error) {
 			recs[i].IndexedAt = now
 		}
 	}
-	if err := s.store.Put(ctx, recs); err != nil {
+	unlock := s.lockWrites(uriList(recs))
+	err := s.store.Put(ctx, recs)
+	unlock()
+	if err != nil {
 		s.logWriteError(ctx, "put", len(recs), err)
 		return 0, fmt.Errorf("posts: write %d records: %w", len(recs), err)
 	}
@@ -111,7 +118,9 @@ func (s *Service) Delete(ctx context.Context, uris []string) (int, error) {
 	if err := s.validate(uris); err != nil {
 		return 0, err
 	}
+	unlock := s.lockWrites(uris)
 	n, err := s.store.Delete(ctx, uris)
+	unlock()
 	if err != nil {
 		s.logWriteError(ctx, "delete", len(uris), err)
 		return 0, fmt.Errorf("posts: delete %d records: %w", len(uris), err)
