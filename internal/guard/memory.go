@@ -290,6 +290,9 @@ func (p MemoryPlan) validate(c Config) error {
 	if p.MaxConnectionAge < time.Second {
 		errs = append(errs, fmt.Errorf("guard: max_connection_age must be at least 1s, got %v", p.MaxConnectionAge))
 	}
+	if p.Responses < minResponseBytes {
+		errs = append(errs, fmt.Errorf("guard: max_response_bytes must be at least %v, got %v: a caller's share is half of it, and an answer larger than its share is never sent", minResponseBytes, p.Responses))
+	}
 	if p.CallerRequests > p.Requests {
 		errs = append(errs, fmt.Errorf("guard: max_caller_request_bytes %v exceeds max_request_bytes %v", p.CallerRequests, p.Requests))
 	}
@@ -377,7 +380,7 @@ func (s *Server) tapHandle(ctx context.Context, info *tap.Info) (context.Context
 			reason = ReasonMemoryShare
 		}
 		s.observer.Rejected(ctx, Request{Client: client, Method: s.observedMethod(info.FullMethodName)}, reason)
-		return nil, mem.refuse(name, refusal)
+		return nil, mem.refuse(name, beforeReading, refusal)
 	}
 	r := &receiving{mem: mem, res: res, caller: id, criticality: info.Header[CriticalityKey]}
 	r.stopEnd = context.AfterFunc(ctx, r.end)
@@ -485,18 +488,30 @@ const (
 	ReasonMemoryShare = "memory_share"
 )
 
+// minResponseBytes is the least max_response_bytes: a caller's share,
+// half of it, then holds a 1,000-record answer of 2 KiB records.
+const minResponseBytes = 4 * membudget.MiB
+
 // shareRetry is the wait advised to a caller at its share of the request
 // bytes: it has that many worst-case messages arriving at once, and
 // retrying sooner only sends more headers and first frames to refuse.
 const shareRetry = time.Second
 
-func (mem *memory) refuse(name string, r *membudget.Refusal) error {
+// refuse is the error for a reservation of request or response bytes
+// the ledger refused; when says at which point the request was refused.
+func (mem *memory) refuse(name, when string, r *membudget.Refusal) error {
 	if r.PerCaller {
 		return withRetryInfo(status.New(codes.ResourceExhausted,
-			fmt.Sprintf("%s: refused before the request was read: %v; send fewer requests at once or smaller ones", name, r)), max(mem.retry, shareRetry))
+			fmt.Sprintf("%s: refused %s: %v; send fewer requests at once or smaller ones", name, when, r)), max(mem.retry, shareRetry))
 	}
 	return overloaded(name, r.Error(), mem.retry)
 }
+
+// Points at which a reservation of bytes refuses a request (refuse).
+const (
+	beforeReading = "before the request was read"
+	beforeAnswer  = "before its answer was sent"
+)
 
 // received gives back a stream's request-bytes reservation, all but
 // keep bytes (held until the stream ends): its message has been counted

@@ -61,6 +61,12 @@ func TestMemoryPlanFitsTheBudget(t *testing.T) {
 		}
 	}
 
+	tiny := memoryConfig(512 * membudget.MiB)
+	tiny.MaxResponseBytes = membudget.KiB
+	if err := tiny.Validate(); err == nil || !strings.Contains(err.Error(), "max_response_bytes must be at least 4MiB, got 1KiB") {
+		t.Errorf("max_response_bytes 1KiB: error %v, want it refused with the least", err)
+	}
+
 	over := memoryConfig(512 * membudget.MiB)
 	over.MaxRequestBytes = 400 * membudget.MiB
 	over.MaxConnections = 1000
@@ -391,4 +397,18 @@ func TestTapReadsCriticality(t *testing.T) {
 		}
 		cancel()
 	}
+}
+
+// Tests that a caller over its share of response bytes is told the
+// request was refused before its answer was sent (its work was done),
+// not before it was read.
+func TestResponseShareRefusalSaysWhen(t *testing.T) {
+	cfg := memoryConfig(1 * membudget.GiB)
+	s := newMemoryServer(t, cfg)
+	_, refusal := s.mem.responses.Reserve("a", s.mem.plan.Responses)
+	if refusal == nil || !refusal.PerCaller {
+		t.Fatalf("an answer of the whole max_response_bytes: refusal %v, want the caller's share exceeded", refusal)
+	}
+	err := s.mem.refuse("GetPostRecords", beforeAnswer, refusal)
+	assertRefusal(t, "answer over the caller's share", err, codes.ResourceExhausted, "GetPostRecords: refused before its answer was sent: response bytes not yet written")
 }

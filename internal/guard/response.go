@@ -72,7 +72,7 @@ func (s *Server) holdResponse(ctx context.Context, fullMethod, client string, re
 	}
 	res, refusal := s.mem.responses.Reserve(client, membudget.Bytes(out.size))
 	if refusal != nil {
-		return nil, s.mem.refuse(shortName(fullMethod), refusal)
+		return nil, s.mem.refuse(shortName(fullMethod), beforeAnswer, refusal)
 	}
 	out.res, out.conn = res, s.answersOf(ctx)
 	out.conn.hold(res)
