@@ -11,8 +11,20 @@ import (
 // a changed limit to the item queue.
 func (s *Server) observeCapacity(cost int64, took time.Duration) {
 	limit := s.limiter.Observe(cost, took, s.inflightItems.Load(), time.Now())
-	if s.itemLimit.Swap(limit) != limit {
-		s.items.SetCapacity(limit)
+	if s.itemLimit.Swap(limit) == limit {
+		return
+	}
+	// Two requests finishing together can apply their limits to the
+	// queue in the opposite order from the one they stored them in: after
+	// applying its own, each applies again whatever is in force now, so
+	// the queue ends with the last limit stored.
+	for applied := limit; ; {
+		s.items.SetCapacity(applied)
+		now := s.itemLimit.Load()
+		if now == applied {
+			return
+		}
+		applied = now
 	}
 }
 
