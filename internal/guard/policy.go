@@ -158,8 +158,10 @@ func (c Config) Validate() error {
 	} else if err := c.adaptiveConfig().Validate(); err != nil && c.MaxInflightItems >= 1 {
 		errs = append(errs, fmt.Errorf("guard: adaptive_tolerance, adaptive_interval: %w", err))
 	}
-	if err := c.queueConfig().Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("guard: %w", err))
+	if c.MaxQueuedRequests < 1 {
+		errs = append(errs, fmt.Errorf("guard: max_queued_requests must be at least 1, got %d", c.MaxQueuedRequests))
+	} else if err := c.queueConfig().Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("guard: queue_target, queue_interval: %w", err))
 	}
 	if err := c.Admission.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("guard: %w", err))
