@@ -30,7 +30,7 @@ func serve(ctx context.Context, args []string) error {
 	defer logs.CloseWithTimeout()
 	log := slog.New(logs)
 	flags.cfg.AfterStoreWrite = killAfterStoreWrite(os.Getenv(killAfterStoreWriteEnv))
-	plan := flags.cfg.Guard.Memory()
+	plan := flags.cfg.MemoryPlan()
 	membudget.Apply(plan.Limit, plan.GCPercent)
 	log.Info("memory budget", "memory_limit", plan.Limit.String(), "from", plan.LimitSource,
 		"gc_percent", gcPercentLogged(plan), "gc_percent_from", plan.GCSource,

@@ -164,7 +164,7 @@ func (a *App) build() error {
 	}
 	guardOpts = append(guardOpts, guard.WithObserver(requests),
 		guard.WithGRPCOptions(telemetry.ServerOptions(tp)...))
-	if a.Guard, err = guard.New(a.cfg.Guard, guardOpts...); err != nil {
+	if a.Guard, err = guard.New(a.cfg.guardConfig(), guardOpts...); err != nil {
 		return err
 	}
 	if err := a.Telemetry.ObserveMemory(a.Guard.MemoryStats); err != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/cache"
 	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/guard/budget"
+	"github.com/sluice-dev/sluice/internal/guard/membudget"
 	"github.com/sluice-dev/sluice/internal/identity"
 	"github.com/sluice-dev/sluice/internal/journal"
 	"github.com/sluice-dev/sluice/internal/nearcache"
@@ -42,8 +43,8 @@ type fileConfig struct {
 // nearFile holds the near cache settings a file may change; a field left
 // out keeps its default, and ttl: 0 turns the near cache off.
 type nearFile struct {
-	TTL      *time.Duration `yaml:"ttl"`
-	MaxBytes *int64         `yaml:"max_bytes"`
+	TTL      *time.Duration   `yaml:"ttl"`
+	MaxBytes *membudget.Bytes `yaml:"max_bytes"`
 }
 
 // cacheFile holds the cache settings a file may change; servers and the
@@ -155,7 +156,9 @@ func (c *Config) LoadFile(path string) error {
 	c.Journal = overlayJournal(c.Journal, f.Journal)
 	c.SLO = c.SLO.Merge(f.SLO)
 	setIfGiven(&c.Near.TTL, f.NearCache.TTL)
-	setIfGiven(&c.Near.MaxBytes, f.NearCache.MaxBytes)
+	if f.NearCache.MaxBytes != nil {
+		c.Near.MaxBytes = int64(*f.NearCache.MaxBytes)
+	}
 	return nil
 }
 
@@ -263,7 +266,7 @@ func overlayTelemetry(c telemetry.Config, f telemetryFile) telemetry.Config {
 // Validate checks every component's config and how they fit together.
 func (c Config) Validate() error {
 	var errs []error
-	if err := c.Guard.Validate(); err != nil {
+	if err := c.guardConfig().Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := c.Cache.Validate(); err != nil {
@@ -296,6 +299,19 @@ func (c Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// guardConfig is the guard's config with the near cache's cap counted
+// in its memory budget.
+func (c Config) guardConfig() guard.Config {
+	g := c.Guard
+	if c.Near.Enabled() {
+		g.CacheBytes = membudget.Bytes(c.Near.MaxBytes)
+	}
+	return g
+}
+
+// MemoryPlan is the memory budget the server will run with.
+func (c Config) MemoryPlan() guard.MemoryPlan { return c.guardConfig().Memory() }
 
 // checkTombstoneTTL refuses a tombstone that could expire before a read
 // that fetched the record before the write has refilled it: such a read

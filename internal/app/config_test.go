@@ -44,7 +44,7 @@ func TestExampleConfigLoads(t *testing.T) {
 // turns the near cache off; a key left out keeps its default.
 func TestConfigZerosTakenAsWritten(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "c.yaml")
-	if err := os.WriteFile(path, []byte("telemetry:\n  trace_sample_ratio: 0\nnear_cache:\n  ttl: 0s\n"), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte("telemetry:\n  trace_sample_ratio: 0\nnear_cache:\n  ttl: 0s\n  max_bytes: 32MiB\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cfg := DefaultConfig()
@@ -60,6 +60,9 @@ func TestConfigZerosTakenAsWritten(t *testing.T) {
 	if cfg.Near.Enabled() {
 		t.Errorf("near cache on after ttl: 0")
 	}
+	if cfg.Near.MaxBytes != 32<<20 {
+		t.Errorf("near_cache.max_bytes 32MiB read as %d", cfg.Near.MaxBytes)
+	}
 	if def := DefaultConfig(); cfg.Cache.TTL != def.Cache.TTL || cfg.Telemetry.OTLPEndpoint != def.Telemetry.OTLPEndpoint {
 		t.Errorf("keys left out changed: cache ttl %v, otlp endpoint %q", cfg.Cache.TTL, cfg.Telemetry.OTLPEndpoint)
 	}
@@ -74,6 +77,7 @@ func TestConfigErrors(t *testing.T) {
 		{name: "batch over process cap", yaml: "guard:\n  max_inflight_items: 500\n", want: "max_items 1000 exceeds max_inflight_items 500"},
 		{name: "bad budget", yaml: "admission:\n  clients:\n    bulk: {items_per_second: 0, burst: 1, max_inflight_items: 1}\n", want: `admission: client "bulk": items_per_second must be a positive number`},
 		{name: "light reserve over the cap", yaml: "guard:\n  light_reserve_items: 30000\n", want: "light_reserve_items must be between 0 (one piece) and max_inflight_items 20000, got 30000"},
+		{name: "negative queue", yaml: "guard:\n  max_queued_requests: -1\n", want: "guard: max_queued_requests must be at least 1, got -1"},
 		{name: "queue target over interval", yaml: "guard:\n  queue_target: 1s\n", want: "target 1s must not exceed interval 100ms"},
 		{name: "tombstone shorter than a split batch", yaml: "guard:\n  methods:\n    sluice.v1.PostRecords/GetPostRecords:\n      oversize:\n        indexer: {mode: split, max_split_items: 25000, timeout: 10s}\n", want: `tombstone_ttl 5s must be at least 11.25s: the longest request timeout (10s, the split timeout of client "indexer" on sluice.v1.PostRecords/GetPostRecords)`},
 		{name: "tombstone too short", yaml: "cache:\n  tombstone_ttl: 1s\n", want: "tombstone_ttl 1s must be at least 3.25s: the longest request timeout (2s, method "},
@@ -118,5 +122,27 @@ func TestExampleConfigBskyPolicies(t *testing.T) {
 	}
 	if _, ok := cfg.Guard.Methods["bsky.Service/GetStatusRecords"]; !ok {
 		t.Error("GetStatusRecords has no policy; the guard would refuse the service")
+	}
+}
+
+// Tests that the near cache's cap counts in the memory budget: a cap
+// that does not fit beside the caps is refused at start-up, naming it,
+// and with the near cache off the same budget fits.
+func TestNearCacheCountsInMemoryBudget(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	yaml := "guard:\n  memory_limit: 512MiB\n  max_request_bytes: 200MiB\n  max_response_bytes: 100MiB\nnear_cache:\n  max_bytes: 1073741824\n"
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	if err := cfg.LoadFile(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), "near_cache.max_bytes 1GiB") {
+		t.Errorf("a 1GiB near cache under a 512MiB budget: error %v, want it refused, naming near_cache.max_bytes", err)
+	}
+	cfg.Near.TTL = 0
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("the same budget with the near cache off: %v", err)
 	}
 }

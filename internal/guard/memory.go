@@ -99,6 +99,10 @@ type MemoryConfig struct {
 	// the soft memory limit makes safe: the collector still runs harder
 	// as the heap nears the budget.
 	GCPercent int `yaml:"gc_percent"`
+	// CacheBytes is what in-process caches outside the guard may hold
+	// (the near cache's max_bytes): set by the program from their
+	// config, not by the file, and counted among the fixed terms.
+	CacheBytes membudget.Bytes `yaml:"-"`
 }
 
 // Fixed terms of the budget: what the process needs before any request
@@ -155,6 +159,7 @@ func (c MemoryConfig) merge(o MemoryConfig) MemoryConfig {
 	if o.GCPercent != 0 {
 		c.GCPercent = o.GCPercent
 	}
+	c.CacheBytes = pick(c.CacheBytes, o.CacheBytes)
 	return c
 }
 
@@ -177,7 +182,8 @@ type MemoryPlan struct {
 	LargestStream       membudget.Bytes
 	LargestStreamMethod string
 	// Fixed is what the budget sets aside before the ledgers: the base
-	// reserve, every connection's buffers and every item's working memory.
+	// reserve, every connection's buffers, every item's working memory
+	// and the in-process caches' cap (CacheBytes).
 	Fixed membudget.Bytes
 }
 
@@ -209,7 +215,7 @@ func (c Config) Memory() MemoryPlan {
 	if p.MaxConnectionAge == 0 {
 		p.MaxConnectionAge = 30 * time.Minute
 	}
-	p.Fixed = baseReserve + membudget.Bytes(p.Connections)*connectionBytes + membudget.Bytes(c.MaxInflightItems)*itemBytes
+	p.Fixed = baseReserve + membudget.Bytes(p.Connections)*connectionBytes + membudget.Bytes(c.MaxInflightItems)*itemBytes + m.CacheBytes
 	left := max(p.Limit-p.Fixed, 0)
 	p.Requests = cmpOr(m.MaxRequestBytes, left/10*6)
 	p.CallerRequests = cmpOr(m.MaxCallerRequestBytes, p.Requests/2)
@@ -305,8 +311,8 @@ func (p MemoryPlan) validate(c Config) error {
 			p.LargestStream, what, p.CallerRequests, p.Requests, p.Limit))
 	}
 	if total := p.Fixed + p.Requests + p.Responses; total > p.Limit {
-		errs = append(errs, fmt.Errorf("guard: the caps' worst case is %v, over memory_limit %v (%s): %v reserve + max_connections %d × %v + max_inflight_items %d × %v + max_request_bytes %v + max_response_bytes %v; raise memory_limit or lower the caps",
-			total, p.Limit, p.LimitSource, baseReserve, p.Connections, connectionBytes, c.MaxInflightItems, itemBytes, p.Requests, p.Responses))
+		errs = append(errs, fmt.Errorf("guard: the caps' worst case is %v, over memory_limit %v (%s): %v reserve + max_connections %d × %v + max_inflight_items %d × %v + near_cache.max_bytes %v + max_request_bytes %v + max_response_bytes %v; raise memory_limit or lower the caps",
+			total, p.Limit, p.LimitSource, baseReserve, p.Connections, connectionBytes, c.MaxInflightItems, itemBytes, c.CacheBytes, p.Requests, p.Responses))
 	}
 	return errors.Join(errs...)
 }
