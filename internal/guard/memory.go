@@ -388,17 +388,14 @@ func (s *Server) tapHandle(ctx context.Context, info *tap.Info) (context.Context
 		s.observer.Rejected(ctx, Request{Client: client, Method: s.observedMethod(info.FullMethodName)}, reason)
 		return nil, mem.refuse(name, beforeReading, refusal)
 	}
-	r := &receiving{mem: mem, res: res, caller: id, criticality: info.Header[CriticalityKey]}
+	r := &receiving{mem: mem, res: res, caller: id, criticality: info.Header[CriticalityKey], server: s, method: info.FullMethodName}
 	r.stopEnd = context.AfterFunc(ctx, r.end)
 	// A stream that sends its headers and then nothing would hold its
 	// slot and reservation until the caller left: its request must
 	// arrive within the method's timeout, or the stream is cancelled.
-	ctx, cancel := context.WithCancel(ctx)
-	r.receiveTimer = time.AfterFunc(s.receiveTimeout(info.FullMethodName), func() {
-		s.observer.Rejected(ctx, Request{Client: client, Method: s.observedMethod(info.FullMethodName)}, ReasonDeadline)
-		cancel()
-	})
-	return context.WithValue(ctx, receivingKey{}, r), nil
+	r.ctx, r.cancel = context.WithCancel(ctx)
+	r.receiveTimer = time.AfterFunc(s.receiveTimeout(info.FullMethodName), r.notReceived)
+	return context.WithValue(r.ctx, receivingKey{}, r), nil
 }
 
 // receiveTimeout is how long a stream of fullMethod may take to deliver
@@ -540,9 +537,21 @@ type receiving struct {
 	// stopEnd stops the context.AfterFunc that runs end when the
 	// stream's context ends; it reports whether it stopped it.
 	stopEnd func() bool
-	// receiveTimer cancels the stream if its request has not arrived
-	// within its method's timeout; received stops it.
+	// receiveTimer cancels the stream (ctx, with cancel) if its request
+	// has not arrived within its method's timeout; received stops it.
 	receiveTimer *time.Timer
+	ctx          context.Context
+	cancel       context.CancelFunc
+	server       *Server
+	method       string // the stream's full method name
+}
+
+// notReceived ends a stream whose request did not arrive in time,
+// counting it as refused for its deadline.
+func (r *receiving) notReceived() {
+	s := r.server
+	s.observer.Rejected(r.ctx, Request{Client: r.caller.tapName(), Method: s.observedMethod(r.method)}, ReasonDeadline)
+	r.cancel()
 }
 
 // receivingOf returns the stream's admission the tap recorded in ctx,
