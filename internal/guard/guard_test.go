@@ -922,16 +922,13 @@ func TestUnservedServerHoldsNoGoroutine(t *testing.T) {
 }
 
 // Tests that a stream which sends its headers and never its request is
-// cancelled once its method's timeout has passed, giving back its
-// stream slot and request-bytes reservation and counting a deadline
-// refusal, so that such streams cannot hold every slot: a caller that
-// comes afterwards is served.
+// cancelled once receive_timeout has passed, giving back its stream slot
+// and request-bytes reservation and counting a deadline refusal, so that
+// such streams cannot hold every slot: a caller that comes afterwards is
+// served.
 func TestSilentStreamsCancelled(t *testing.T) {
 	cfg := testConfig()
-	for name, p := range cfg.Methods {
-		p.Timeout = 200 * time.Millisecond
-		cfg.Methods[name] = p
-	}
+	cfg.ReceiveTimeout = 200 * time.Millisecond
 	cfg.MaxStreams = 4
 	obs := &observer{}
 	f := start(t, cfg, newPostRecords(), guard.WithObserver(obs))
@@ -962,5 +959,33 @@ func TestSilentStreamsCancelled(t *testing.T) {
 	}
 	if _, err := f.client.GetPostRecord(ctx, &sluicev1.GetPostRecordRequest{Uri: uris(1)[0]}); err != nil {
 		t.Errorf("a call after the silent streams: %v", err)
+	}
+}
+
+// Tests that a stream which ended before its request arrived — a path
+// sluice does not serve, answered Unimplemented at once, or a caller
+// that gave up — is not counted again as a deadline refusal when
+// receive_timeout passes.
+func TestEndedStreamsNotReportedAsSilent(t *testing.T) {
+	cfg := testConfig()
+	cfg.ReceiveTimeout = 100 * time.Millisecond
+	obs := &observer{}
+	f := start(t, cfg, newPostRecords(), guard.WithObserver(obs))
+	ctx := testContext(t, 10*time.Second)
+	err := f.conn.Invoke(ctx, "/no.such.Service/Method", &sluicev1.GetPostRecordRequest{}, new(sluicev1.PostRecord))
+	wantCode(t, err, codes.Unimplemented)
+	open := func(n int64) func() bool { return func() bool { return f.srv.MemoryStats().Streams == n } }
+	what := func() string { return fmt.Sprintf("%d streams open", f.srv.MemoryStats().Streams) }
+	waitFor(t, what, open(0))
+	gone, cancel := context.WithCancel(ctx)
+	if _, err := f.conn.NewStream(gone, &grpc.StreamDesc{ClientStreams: true, ServerStreams: true}, "/sluice.v1.PostRecords/GetPostRecord"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, what, open(1))
+	cancel()
+	waitFor(t, what, open(0))
+	time.Sleep(5 * cfg.ReceiveTimeout)
+	if got := obs.reasons(); len(got) != 0 {
+		t.Errorf("refusals = %v, want none: both streams ended before receive_timeout", got)
 	}
 }

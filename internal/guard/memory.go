@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -99,6 +100,11 @@ type MemoryConfig struct {
 	// the soft memory limit makes safe: the collector still runs harder
 	// as the heap nears the budget.
 	GCPercent int `yaml:"gc_percent"`
+	// ReceiveTimeout is how long a stream may take, from its headers, to
+	// deliver its request: a stream that has not is cancelled, so that
+	// streams that send their headers and then nothing cannot hold the
+	// stream slots and request bytes. Default 10s.
+	ReceiveTimeout time.Duration `yaml:"receive_timeout"`
 	// CacheBytes is what in-process caches outside the guard may hold
 	// (the near cache's max_bytes): set by the program from their
 	// config, not by the file, and counted among the fixed terms.
@@ -123,6 +129,13 @@ const (
 const (
 	streamWindow     = 64 << 10
 	connectionWindow = 1 << 20
+)
+
+// Bounds of receive_timeout, and its default.
+const (
+	defaultReceiveTimeout = 10 * time.Second
+	minReceiveTimeout     = 10 * time.Millisecond
+	maxReceiveTimeout     = 10 * time.Minute
 )
 
 // connectionAgeGrace is how long the calls in flight on a connection at
@@ -159,6 +172,9 @@ func (c MemoryConfig) merge(o MemoryConfig) MemoryConfig {
 	if o.GCPercent != 0 {
 		c.GCPercent = o.GCPercent
 	}
+	if o.ReceiveTimeout != 0 {
+		c.ReceiveTimeout = o.ReceiveTimeout
+	}
 	c.CacheBytes = pick(c.CacheBytes, o.CacheBytes)
 	return c
 }
@@ -177,6 +193,7 @@ type MemoryPlan struct {
 	StreamsPerConnection                uint32
 	Streams                             int64
 	KeepaliveMinTime, MaxConnectionAge  time.Duration
+	ReceiveTimeout                      time.Duration
 	// LargestStream is the largest reservation one stream takes, and
 	// the method that takes it.
 	LargestStream       membudget.Bytes
@@ -192,7 +209,8 @@ func (c Config) Memory() MemoryPlan {
 	m := c.MemoryConfig
 	p := MemoryPlan{Limit: m.MemoryLimit, LimitSource: membudget.SourceFlag,
 		Connections: m.MaxConnections, StreamsPerConnection: m.MaxStreamsPerConnection,
-		Streams: m.MaxStreams, KeepaliveMinTime: m.KeepaliveMinTime, MaxConnectionAge: m.MaxConnectionAge}
+		Streams: m.MaxStreams, KeepaliveMinTime: m.KeepaliveMinTime, MaxConnectionAge: m.MaxConnectionAge,
+		ReceiveTimeout: cmp.Or(m.ReceiveTimeout, defaultReceiveTimeout)}
 	if p.Limit == 0 {
 		p.Limit, p.LimitSource = membudget.DefaultLimit()
 	}
@@ -293,6 +311,9 @@ func (p MemoryPlan) validate(c Config) error {
 	if p.GCSource == membudget.SourceFlag && (p.GCPercent < membudget.MinGCPercent || p.GCPercent > membudget.MaxGCPercent) {
 		errs = append(errs, fmt.Errorf("guard: gc_percent must be between %d and %d, got %d", membudget.MinGCPercent, membudget.MaxGCPercent, p.GCPercent))
 	}
+	if p.ReceiveTimeout < minReceiveTimeout || p.ReceiveTimeout > maxReceiveTimeout {
+		errs = append(errs, fmt.Errorf("guard: receive_timeout must be between %v and %v, got %v", minReceiveTimeout, maxReceiveTimeout, p.ReceiveTimeout))
+	}
 	if p.MaxConnectionAge < time.Second {
 		errs = append(errs, fmt.Errorf("guard: max_connection_age must be at least 1s, got %v", p.MaxConnectionAge))
 	}
@@ -389,23 +410,13 @@ func (s *Server) tapHandle(ctx context.Context, info *tap.Info) (context.Context
 		return nil, mem.refuse(name, beforeReading, refusal)
 	}
 	r := &receiving{mem: mem, res: res, caller: id, criticality: info.Header[CriticalityKey], server: s, method: info.FullMethodName}
-	r.stopEnd = context.AfterFunc(ctx, r.end)
 	// A stream that sends its headers and then nothing would hold its
 	// slot and reservation until the caller left: its request must
-	// arrive within the method's timeout, or the stream is cancelled.
+	// arrive within receive_timeout, or the stream is cancelled.
 	r.ctx, r.cancel = context.WithCancel(ctx)
-	r.receiveTimer = time.AfterFunc(s.receiveTimeout(info.FullMethodName), r.notReceived)
+	r.receiveTimer = time.AfterFunc(mem.plan.ReceiveTimeout, r.notReceived)
+	r.stopEnd = context.AfterFunc(ctx, r.end)
 	return context.WithValue(r.ctx, receivingKey{}, r), nil
-}
-
-// receiveTimeout is how long a stream of fullMethod may take to deliver
-// its request: the method's timeout, or the default policy's for a
-// method without one (health checks, paths sluice does not serve).
-func (s *Server) receiveTimeout(fullMethod string) time.Duration {
-	if m, ok := s.methods[fullMethod]; ok {
-		return m.policy.Timeout
-	}
-	return DefaultPolicy().Timeout
 }
 
 // identified is the caller's identity as s.identify gave it.
@@ -547,8 +558,12 @@ type receiving struct {
 }
 
 // notReceived ends a stream whose request did not arrive in time,
-// counting it as refused for its deadline.
+// counting it as refused for its deadline; a stream that ended meanwhile
+// (end stops the timer, but may run as it fires) is left alone.
 func (r *receiving) notReceived() {
+	if r.ctx.Err() != nil {
+		return
+	}
 	s := r.server
 	s.observer.Rejected(r.ctx, Request{Client: r.caller.tapName(), Method: s.observedMethod(r.method)}, ReasonDeadline)
 	r.cancel()
@@ -579,6 +594,7 @@ func (r *receiving) received(keep membudget.Bytes) {
 // end gives back the stream's reservation and its slot: the stream has
 // ended, or its handler has returned (handled).
 func (r *receiving) end() {
+	r.receiveTimer.Stop()
 	r.res.Release()
 	r.mem.streams.Add(-1)
 }

@@ -81,10 +81,13 @@ type Service struct {
 	// URIs: a read that began after a write was acknowledged never takes
 	// the answer of a shared store read that began before it (load).
 	writes [writeSlots]atomic.Uint64
-	// writing serialises this Service's store writes per hash slot of
-	// their URIs, so that a read-modify-write (Update, Upsert) never
-	// writes back a record another write changed after it was read.
-	writing [writeSlots]sync.Mutex
+	// writing keeps this Service's other writes of a URI out of a
+	// read-modify-write of it (Update, Upsert), per hash slot: that
+	// takes its slot alone, other writes share theirs (Put and Delete of
+	// whole records need no order among themselves), so a
+	// read-modify-write never writes back a record another write changed
+	// after it was read.
+	writing [writeSlots]sync.RWMutex
 	seed    maphash.Seed
 }
 
@@ -411,10 +414,9 @@ func (s *Service) slotOf(uri string) uint64 {
 	return maphash.String(s.seed, uri) % writeSlots
 }
 
-// lockWrites takes the write locks of uris' hash slots, in slot order
-// (so two writes never wait for each other's), and returns what releases
-// them.
-func (s *Service) lockWrites(uris []string) (unlock func()) {
+// shareWrites takes the shared write locks of uris' hash slots, in slot
+// order, for a write of whole records, and returns what releases them.
+func (s *Service) shareWrites(uris []string) (unlock func()) {
 	slots := make([]uint64, len(uris))
 	for i, u := range uris {
 		slots[i] = s.slotOf(u)
@@ -422,13 +424,21 @@ func (s *Service) lockWrites(uris []string) (unlock func()) {
 	slices.Sort(slots)
 	slots = slices.Compact(slots)
 	for _, i := range slots {
-		s.writing[i].Lock()
+		s.writing[i].RLock()
 	}
 	return func() {
 		for _, i := range slots {
-			s.writing[i].Unlock()
+			s.writing[i].RUnlock()
 		}
 	}
+}
+
+// ownWrites takes uri's hash slot alone, for a read-modify-write, and
+// returns what releases it.
+func (s *Service) ownWrites(uri string) (unlock func()) {
+	l := &s.writing[s.slotOf(uri)]
+	l.Lock()
+	return l.Unlock
 }
 
 // wrote counts a store write of uris, once the store has acknowledged

@@ -53,7 +53,7 @@ func (s *Service) Stored(ctx context.Context, uri string) (store.Record, bool, e
 }
 
 func (s *Service) modify(ctx context.Context, uri string, create bool, change func(*store.Record, bool) bool) (bool, error) {
-	unlock := s.lockWrites([]string{uri})
+	unlock := s.ownWrites(uri)
 	defer unlock()
 	rec, existed, err := s.Stored(ctx, uri)
 	switch {
@@ -99,7 +99,7 @@ func (s *Service) Put(ctx context.Context, recs []store.Record) (int, error) {
 			recs[i].IndexedAt = now
 		}
 	}
-	unlock := s.lockWrites(uriList(recs))
+	unlock := s.shareWrites(uriList(recs))
 	err := s.store.Put(ctx, recs)
 	unlock()
 	if err != nil {
@@ -118,7 +118,7 @@ func (s *Service) Delete(ctx context.Context, uris []string) (int, error) {
 	if err := s.validate(uris); err != nil {
 		return 0, err
 	}
-	unlock := s.lockWrites(uris)
+	unlock := s.shareWrites(uris)
 	n, err := s.store.Delete(ctx, uris)
 	unlock()
 	if err != nil {
