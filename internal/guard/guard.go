@@ -323,6 +323,9 @@ func (s *Server) Serve(lis net.Listener) error {
 	}
 	capped := connlimit.New(lis, s.mem.plan.Connections)
 	s.mem.listener.Store(capped)
+	stop := make(chan struct{})
+	defer close(stop)
+	go s.mem.sweepSilent(stop)
 	err := srv.Serve(answersListener{Listener: capped, conns: &s.mem.answers})
 	if errors.Is(err, grpc.ErrServerStopped) {
 		return nil

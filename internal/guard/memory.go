@@ -351,6 +351,7 @@ type memory struct {
 	streams        atomic.Int64
 	peakStreams    atomic.Int64
 	refusedStreams atomic.Int64
+	pending        pendingStreams // admitted streams whose request has not arrived
 }
 
 func newMemory(cfg Config) *memory {
@@ -414,7 +415,7 @@ func (s *Server) tapHandle(ctx context.Context, info *tap.Info) (context.Context
 	// slot and reservation until the caller left: its request must
 	// arrive within receive_timeout, or the stream is cancelled.
 	r.ctx, r.cancel = context.WithCancel(ctx)
-	r.receiveTimer = time.AfterFunc(mem.plan.ReceiveTimeout, r.notReceived)
+	mem.pending.add(r, time.Now())
 	r.stopEnd = context.AfterFunc(ctx, r.end)
 	return context.WithValue(r.ctx, receivingKey{}, r), nil
 }
@@ -548,13 +549,14 @@ type receiving struct {
 	// stopEnd stops the context.AfterFunc that runs end when the
 	// stream's context ends; it reports whether it stopped it.
 	stopEnd func() bool
-	// receiveTimer cancels the stream (ctx, with cancel) if its request
-	// has not arrived within its method's timeout; received stops it.
-	receiveTimer *time.Timer
-	ctx          context.Context
-	cancel       context.CancelFunc
-	server       *Server
-	method       string // the stream's full method name
+	// link is the stream's place among those whose request has not
+	// arrived (silent.go), which cancel it (ctx, with cancel) if it
+	// waits receive_timeout; received and end take it out.
+	link   pendingLink
+	ctx    context.Context
+	cancel context.CancelFunc
+	server *Server
+	method string // the stream's full method name
 }
 
 // notReceived ends a stream whose request did not arrive in time,
@@ -581,7 +583,7 @@ func (r *receiving) received(keep membudget.Bytes) {
 	if r == nil {
 		return
 	}
-	r.receiveTimer.Stop()
+	r.mem.pending.remove(r)
 	switch {
 	case keep > 0:
 		r.kept.Store(true)
@@ -594,7 +596,7 @@ func (r *receiving) received(keep membudget.Bytes) {
 // end gives back the stream's reservation and its slot: the stream has
 // ended, or its handler has returned (handled).
 func (r *receiving) end() {
-	r.receiveTimer.Stop()
+	r.mem.pending.remove(r)
 	r.res.Release()
 	r.mem.streams.Add(-1)
 }
