@@ -198,7 +198,7 @@ guard:
 cache:
   ttl: 1s
   negative_ttl: 1s
-  tombstone_ttl: 6s
+  tombstone_ttl: 7s
 telemetry:
   clients: [feed, writer, checker]
 `
@@ -218,7 +218,7 @@ guard:
     sluice.v1.PostRecords/PutPostRecords:
       timeout: 5s
 cache:
-  tombstone_ttl: 6s
+  tombstone_ttl: 7s
 telemetry:
   clients: [feed, writer, checker]
 `
