@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"slices"
@@ -399,16 +400,14 @@ func TestTapReadsCriticality(t *testing.T) {
 	}
 }
 
-// Tests that a caller over its share of response bytes is told the
-// request was refused before its answer was sent (its work was done),
-// not before it was read.
+// Tests that a caller whose answer is over its share of response bytes
+// is told the request was refused before its answer was sent (its work
+// was done), not before it was read.
 func TestResponseShareRefusalSaysWhen(t *testing.T) {
 	cfg := memoryConfig(1 * membudget.GiB)
+	cfg.MaxResponseBytes = minResponseBytes
 	s := newMemoryServer(t, cfg)
-	_, refusal := s.mem.responses.Reserve("a", s.mem.plan.Responses)
-	if refusal == nil || !refusal.PerCaller {
-		t.Fatalf("an answer of the whole max_response_bytes: refusal %v, want the caller's share exceeded", refusal)
-	}
-	err := s.mem.refuse("GetPostRecords", beforeAnswer, refusal)
+	big := &sluicev1.PostRecord{Uri: "at://did:plc:a/app.bsky.feed.post/b", Record: bytes.Repeat([]byte("x"), int(minResponseBytes/2)+1)}
+	_, err := s.holdResponse(context.Background(), getPostRecords, "a", big, nil)
 	assertRefusal(t, "answer over the caller's share", err, codes.ResourceExhausted, "GetPostRecords: refused before its answer was sent: response bytes not yet written")
 }

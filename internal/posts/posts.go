@@ -77,22 +77,27 @@ type Service struct {
 
 	invalidationFailures atomic.Int64
 	coalesced            atomic.Int64
-	// writes counts this Service's store writes per hash slot of their
-	// URIs: a read that began after a write was acknowledged never takes
-	// the answer of a shared store read that began before it (load).
-	writes [writeSlots]atomic.Uint64
-	// writing keeps this Service's other writes of a URI out of a
-	// read-modify-write of it (Update, Upsert), per hash slot: that
-	// takes its slot alone, other writes share theirs (Put and Delete of
-	// whole records need no order among themselves), so a
-	// read-modify-write never writes back a record another write changed
-	// after it was read.
-	writing [writeSlots]sync.RWMutex
-	seed    maphash.Seed
+	// slots orders this Service's writes of a URI, by hash slot
+	// (writeSlot).
+	slots [writeSlots]writeSlot
+	seed  maphash.Seed
 }
 
-// writeSlots is the number of write counters URIs are hashed onto.
+// writeSlots is the number of slots URIs are hashed onto for writes.
 const writeSlots = 4096
+
+// writeSlot is the write state of the URIs of one hash slot.
+//   - A read-modify-write (Update, Upsert) takes lock alone and other
+//     writes share it (whole-record Put and Delete need no order among
+//     themselves), so a read-modify-write never writes back a record
+//     another write changed after it was read.
+//   - writes counts the writes that let the slot go: a read that began
+//     after a write was acknowledged never takes the answer of a shared
+//     store read that began before it (load).
+type writeSlot struct {
+	lock   sync.RWMutex
+	writes atomic.Uint64
+}
 
 // WriteLimits bounds what the write path accepts.
 type WriteLimits struct {
@@ -380,8 +385,7 @@ func storeContext(ctx context.Context) (context.Context, context.CancelFunc) {
 // request that led the shared read gave up (its context ended) while
 // this one still has time.
 func (s *Service) load(ctx context.Context, uri string) (Result, error) {
-	writes := s.writesOf(uri)
-	before := writes.Load()
+	before := s.slotOf(uri).writes.Load()
 	v, err, shared := s.loads.Do(uri, func() (any, error) {
 		r, err := s.storeGet(ctx, uri)
 		return sharedRead{r, before}, err
@@ -405,47 +409,39 @@ type sharedRead struct {
 	writes uint64
 }
 
-// writesOf is the write counter of uri's hash slot.
-func (s *Service) writesOf(uri string) *atomic.Uint64 {
-	return &s.writes[s.slotOf(uri)]
-}
+func (s *Service) slotOf(uri string) *writeSlot { return &s.slots[s.slotIndex(uri)] }
 
-func (s *Service) slotOf(uri string) uint64 {
-	return maphash.String(s.seed, uri) % writeSlots
-}
+func (s *Service) slotIndex(uri string) uint64 { return maphash.String(s.seed, uri) % writeSlots }
 
-// shareWrites takes the shared write locks of uris' hash slots, in slot
-// order, for a write of whole records, and returns what releases them.
-func (s *Service) shareWrites(uris []string) (unlock func()) {
-	slots := make([]uint64, len(uris))
+// shareSlots takes the slots of uris, shared and in slot order, for a
+// write of whole records; the function it returns counts the write and
+// lets them go, once the store has answered and before the write is.
+func (s *Service) shareSlots(uris []string) (wrote func()) {
+	at := make([]uint64, len(uris))
 	for i, u := range uris {
-		slots[i] = s.slotOf(u)
+		at[i] = s.slotIndex(u)
 	}
-	slices.Sort(slots)
-	slots = slices.Compact(slots)
-	for _, i := range slots {
-		s.writing[i].RLock()
+	slices.Sort(at)
+	at = slices.Compact(at)
+	for _, i := range at {
+		s.slots[i].lock.RLock()
 	}
 	return func() {
-		for _, i := range slots {
-			s.writing[i].RUnlock()
+		for _, i := range at {
+			s.slots[i].writes.Add(1)
+			s.slots[i].lock.RUnlock()
 		}
 	}
 }
 
-// ownWrites takes uri's hash slot alone, for a read-modify-write, and
-// returns what releases it.
-func (s *Service) ownWrites(uri string) (unlock func()) {
-	l := &s.writing[s.slotOf(uri)]
-	l.Lock()
-	return l.Unlock
-}
-
-// wrote counts a store write of uris, once the store has acknowledged
-// it and before the write is.
-func (s *Service) wrote(uris []string) {
-	for _, u := range uris {
-		s.writesOf(u).Add(1)
+// ownSlot takes uri's slot alone, for a read-modify-write; the function
+// it returns counts the write and lets the slot go.
+func (s *Service) ownSlot(uri string) (wrote func()) {
+	w := s.slotOf(uri)
+	w.lock.Lock()
+	return func() {
+		w.writes.Add(1)
+		w.lock.Unlock()
 	}
 }
 

@@ -51,6 +51,19 @@ func (g *gatedStore) Get(ctx context.Context, uri string) (store.Record, error) 
 	return rec, err
 }
 
+// hold has g hold the next Get of uri, once it has read, until
+// released is closed; the channel it returns is closed when one is held.
+func (g *gatedStore) hold(uri string) <-chan struct{} {
+	g.holdURI, g.reached, g.released = uri, make(chan struct{}), make(chan struct{})
+	return g.reached
+}
+
+// newVersion is r with other text.
+func newVersion(r store.Record) store.Record {
+	r.JSON = bytes.Replace(r.JSON, []byte(`"text":"`), []byte(`"text":"v2 `), 1)
+	return r
+}
+
 func newService(t *testing.T, n int) (*Service, *gatedStore, []store.Record) {
 	t.Helper()
 	bolt, err := boltstore.Open(filepath.Join(t.TempDir(), "s.db"), boltstore.Options{})
@@ -124,10 +137,9 @@ func TestConcurrentMissesShareOneStoreRead(t *testing.T) {
 func TestSlowReadCannotRefillAStaleVersion(t *testing.T) {
 	svc, gs, recs := newService(t, 1)
 	target := recs[0]
-	gs.holdURI, gs.reached, gs.released = target.URI, make(chan struct{}), make(chan struct{})
+	reached := gs.hold(target.URI)
 	ctx := testCtx(t, 4)
 
-	reached := gs.reached
 	readDone := make(chan []Result)
 	go func() {
 		res, _, err := svc.Get(ctx, []string{target.URI})
@@ -138,8 +150,7 @@ func TestSlowReadCannotRefillAStaleVersion(t *testing.T) {
 	}()
 	<-reached // the slow read holds the old version
 
-	updated := target
-	updated.JSON = bytes.Replace(target.JSON, []byte(`"text":"`), []byte(`"text":"v2 `), 1)
+	updated := newVersion(target)
 	if _, err := svc.Put(ctx, []store.Record{updated}); err != nil {
 		t.Fatal(err)
 	}
@@ -164,9 +175,8 @@ func TestSlowReadCannotRefillAStaleVersion(t *testing.T) {
 func TestReadAfterWriteSharesNoOlderRead(t *testing.T) {
 	svc, gs, recs := newService(t, 1)
 	target := recs[0]
-	gs.holdURI, gs.reached, gs.released = target.URI, make(chan struct{}), make(chan struct{})
+	reached := gs.hold(target.URI)
 	ctx := testCtx(t, 4)
-	reached := gs.reached
 	firstDone := make(chan struct{})
 	go func() {
 		defer close(firstDone)
@@ -174,8 +184,7 @@ func TestReadAfterWriteSharesNoOlderRead(t *testing.T) {
 	}()
 	<-reached // the first read holds the old version, still in flight
 
-	updated := target
-	updated.JSON = bytes.Replace(target.JSON, []byte(`"text":"`), []byte(`"text":"v2 `), 1)
+	updated := newVersion(target)
 	if _, err := svc.Put(ctx, []store.Record{updated}); err != nil {
 		t.Fatal(err)
 	}
@@ -205,9 +214,8 @@ func TestReadAfterWriteSharesNoOlderRead(t *testing.T) {
 func TestUpdatesOfOneRecordKeepBothChanges(t *testing.T) {
 	svc, gs, recs := newService(t, 1)
 	target := recs[0]
-	gs.holdURI, gs.reached, gs.released = target.URI, make(chan struct{}), make(chan struct{})
+	reached := gs.hold(target.URI)
 	ctx := testCtx(t, 4)
-	reached := gs.reached
 	gateDone := make(chan error)
 	go func() {
 		_, err := svc.Update(ctx, target.URI, func(r *store.Record) bool { r.Gates.HasThreadGate = true; return true })

@@ -53,8 +53,8 @@ func (s *Service) Stored(ctx context.Context, uri string) (store.Record, bool, e
 }
 
 func (s *Service) modify(ctx context.Context, uri string, create bool, change func(*store.Record, bool) bool) (bool, error) {
-	unlock := s.ownWrites(uri)
-	defer unlock()
+	wrote := s.ownSlot(uri)
+	defer wrote()
 	rec, existed, err := s.Stored(ctx, uri)
 	switch {
 	case err != nil:
@@ -78,7 +78,6 @@ func (s *Service) modify(ctx context.Context, uri string, create bool, change fu
 		s.logWriteError(ctx, "update", 1, err)
 		return false, fmt.Errorf("posts: update %s: %w", uri, err)
 	}
-	s.wrote([]string{uri})
 	s.invalidate(ctx, []string{uri})
 	return existed, nil
 }
@@ -99,14 +98,13 @@ func (s *Service) Put(ctx context.Context, recs []store.Record) (int, error) {
 			recs[i].IndexedAt = now
 		}
 	}
-	unlock := s.shareWrites(uriList(recs))
+	wrote := s.shareSlots(uriList(recs))
 	err := s.store.Put(ctx, recs)
-	unlock()
+	wrote()
 	if err != nil {
 		s.logWriteError(ctx, "put", len(recs), err)
 		return 0, fmt.Errorf("posts: write %d records: %w", len(recs), err)
 	}
-	s.wrote(uriList(recs))
 	s.opts.afterStoreWrite(uriList(recs))
 	s.invalidate(ctx, uriList(recs))
 	return len(recs), nil
@@ -118,14 +116,13 @@ func (s *Service) Delete(ctx context.Context, uris []string) (int, error) {
 	if err := s.validate(uris); err != nil {
 		return 0, err
 	}
-	unlock := s.shareWrites(uris)
+	wrote := s.shareSlots(uris)
 	n, err := s.store.Delete(ctx, uris)
-	unlock()
+	wrote()
 	if err != nil {
 		s.logWriteError(ctx, "delete", len(uris), err)
 		return 0, fmt.Errorf("posts: delete %d records: %w", len(uris), err)
 	}
-	s.wrote(uris)
 	s.opts.afterStoreWrite(uris)
 	s.invalidate(ctx, uris)
 	return n, nil
