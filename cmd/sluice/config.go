@@ -25,10 +25,10 @@ func parseServe(args []string) (serveFlags, error) {
 	maxConns := fs.Int("memcached-max-conns", def.Cache.MaxConnsPerServer, "hard cap on connections (in use + idle) per memcached server")
 	configPath := fs.String("config", "", "YAML config file (policies per method, cache TTLs, client list, admission budgets; SIGHUP reloads the budgets)")
 	storeDelay := fs.Duration("store-read-delay", 0, "add this latency to every store read, to rehearse a remote store's latency with the embedded one (load tests)")
-	nearTTL := fs.Duration("near-cache-ttl", -1, "how long a hot record is answered from process memory after memcached returned it; the staleness bound after a write on another replica (0: off; default: the config file's, else 1s)")
+	nearTTL := fs.Duration("near-cache-ttl", 0, "how long a hot record is answered from process memory after memcached returned it; the staleness bound after a write on another replica (0: off; default: the config file's, else 1s)")
 	drain := fs.Duration("drain-timeout", def.DrainTimeout, "how long SIGTERM waits for in-flight requests")
 	otlp := fs.String("otlp-endpoint", "", "OTLP/gRPC collector for traces (host:port, plaintext, or a URL); empty: tracing off")
-	ratio := fs.Float64("trace-sample-ratio", -1, "share of new traces sampled, 0 to 1 (default: the config file's, else 0.01)")
+	ratio := fs.Float64("trace-sample-ratio", 0, "share of new traces sampled, 0 to 1 (default: the config file's, else 0.01)")
 	def.CQL.RegisterFlags(fs)
 	tlsCert := fs.String("tls-cert", "", "server certificate (PEM); with --tls-key and --client-ca turns on mutual TLS")
 	tlsKey := fs.String("tls-key", "", "server private key (PEM)")
@@ -50,10 +50,11 @@ func parseServe(args []string) (serveFlags, error) {
 	if *otlp != "" {
 		cfg.Telemetry.OTLPEndpoint = *otlp
 	}
-	if *ratio != -1 {
+	given := givenFlags(fs)
+	if given["trace-sample-ratio"] {
 		cfg.Telemetry.TraceSampleRatio = *ratio
 	}
-	if *nearTTL != -1 {
+	if given["near-cache-ttl"] {
 		cfg.Near.TTL = *nearTTL
 	}
 	cfg.StoreReadDelay = *storeDelay
@@ -64,6 +65,14 @@ func parseServe(args []string) (serveFlags, error) {
 	cfg.TLS.KeyFile = cmp.Or(*tlsKey, cfg.TLS.KeyFile)
 	cfg.TLS.ClientCAFile = cmp.Or(*clientCA, cfg.TLS.ClientCAFile)
 	return serveFlags{cfg: cfg, configPath: *configPath}, cfg.Validate()
+}
+
+// givenFlags names the flags set on the command line, so a flag whose
+// zero is meaningful (0: off) overrides the config file only when given.
+func givenFlags(fs *flag.FlagSet) map[string]bool {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	return given
 }
 
 func splitList(s string) []string {

@@ -66,3 +66,18 @@ func TestHelpExitsZero(t *testing.T) {
 		t.Errorf("sluice migrate --no-such-flag exited 0")
 	}
 }
+
+// Tests that serve's help shows no stand-in default (a -1 meaning "not
+// given") and that a negative drain timeout is refused before serving.
+func TestServeFlagsSayWhatTheyMean(t *testing.T) {
+	_, out := sluice(t, "serve", "-h")
+	for _, stand := range []string{"(default -1ns)", "(default -1)"} {
+		if strings.Contains(out, stand) {
+			t.Errorf("serve -h prints %q:\n%s", stand, out)
+		}
+	}
+	code, out := sluice(t, "serve", "--drain-timeout", "-1s", "--grpc-addr", "127.0.0.1:0", "--http-addr", "127.0.0.1:0")
+	if want := "drain timeout -1s must be between 0 (stop at once) and 10m0s"; code != 1 || !strings.Contains(out, want) {
+		t.Errorf("serve --drain-timeout -1s: exit %d, output %q; want 1 and %q", code, out, want)
+	}
+}

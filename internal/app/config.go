@@ -77,6 +77,11 @@ func setIfGiven[T any](dst *T, v *T) {
 	}
 }
 
+// maxDrainTimeout bounds how long SIGTERM may wait for in-flight
+// requests: no request outlives its method's timeout (at most minutes),
+// and an orchestrator kills a pod that takes longer.
+const maxDrainTimeout = 10 * time.Minute
+
 // Config is everything a sluice server needs, assembled from defaults,
 // the config file and flags (in that order of precedence, lowest first).
 type Config struct {
@@ -292,6 +297,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.SLO.Validate(); err != nil {
 		errs = append(errs, err)
+	}
+	if c.DrainTimeout < 0 || c.DrainTimeout > maxDrainTimeout {
+		errs = append(errs, fmt.Errorf("config: drain timeout %v must be between 0 (stop at once) and %v", c.DrainTimeout, maxDrainTimeout))
 	}
 	errs = append(errs, c.checkTakedownTimeouts()...)
 	if err := c.checkTombstoneTTL(); err != nil {

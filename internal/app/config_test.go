@@ -89,6 +89,7 @@ func TestConfigErrors(t *testing.T) {
 		{name: "method without its service", yaml: "guard:\n  methods:\n    GetPostRecords: {timeout: 1s}\n", want: `"GetPostRecords" is not a method sluice serves (methods are named service/Method, as sluice.v1.PostRecords/GetPostRecords)`},
 		{name: "zero cache ttl", yaml: "cache:\n  ttl: 0s\n", want: "cache: ttl must be between 1s and 720h, got 0s"},
 		{name: "zero breaker failures", yaml: "cache:\n  breaker_failures: 0\n", want: "cache: breaker_failures must be ≥ 1, got 0"},
+		{name: "journal lag over a minute", yaml: "journal:\n  max_lag: 2m\n", want: "journal: max_lag must be between 40ms and 1m0s, got 2m0s"},
 		{name: "unknown slo key", yaml: "slo:\n  availabilty: 0.99\n", want: "availabilty"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

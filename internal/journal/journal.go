@@ -80,6 +80,9 @@ const (
 	DefaultOverlap     = 10 * time.Second
 	DefaultParallelism = 16
 	minMaxLag          = 40 * time.Millisecond
+	// maxMaxLag bounds how long another writer's change may stay
+	// stale here: past a minute a shorter cache ttl is the better knob.
+	maxMaxLag = time.Minute
 )
 
 // WithDefaults fills the zero fields.
@@ -103,8 +106,8 @@ func (c Config) WithDefaults() Config {
 func (c Config) Validate() error {
 	c = c.WithDefaults()
 	var errs []error
-	if c.MaxLag < minMaxLag {
-		errs = append(errs, fmt.Errorf("journal: max_lag %v is below %v", c.MaxLag, minMaxLag))
+	if c.MaxLag < minMaxLag || c.MaxLag > maxMaxLag {
+		errs = append(errs, fmt.Errorf("journal: max_lag must be between %v and %v, got %v", minMaxLag, maxMaxLag, c.MaxLag))
 	}
 	if c.Overlap < 0 {
 		errs = append(errs, fmt.Errorf("journal: overlap %v is negative", c.Overlap))

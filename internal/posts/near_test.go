@@ -1,7 +1,6 @@
 package posts
 
 import (
-	"bytes"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -73,8 +72,8 @@ func TestNearCacheNeverServesARecordAfterThisReplicaChangedIt(t *testing.T) {
 	svc, near, recs := newNearService(t, 3)
 	ctx := testCtx(t, 4)
 
-	updated := recs[0]
-	updated.CID, updated.JSON = "bafy-v2", bytes.Replace(recs[0].JSON, []byte(`"text":"`), []byte(`"text":"v2 `), 1)
+	updated := newVersion(recs[0])
+	updated.CID = "bafy-v2"
 	warmNear(t, svc, near, recs[0].URI)
 	if _, err := svc.Put(ctx, []store.Record{updated}); err != nil {
 		t.Fatal(err)
