@@ -20,6 +20,12 @@ const PostCollection = "app.bsky.feed.post"
 // MaxLength is the longest AT-URI the protocol allows, in bytes.
 const MaxLength = 8 * 1024
 
+// MaxStoredLength is the longest URI a record can be stored under, in
+// bytes: the store backends' limit. Records, and the records sluice
+// derives from them (OP-thread indexes, social-graph edges), with longer
+// URIs cannot be written.
+const MaxStoredLength = 512
+
 // URI is a parsed record AT-URI.
 type URI struct {
 	DID        string

@@ -62,7 +62,7 @@ var collections = map[string]string{
 // MaxStoredURILength is the longest URI a record can be stored under (the
 // store backends' and the write methods' limit). A longer URI names no
 // record, so it is answered as missing without a cache or store read.
-const MaxStoredURILength = 512
+const MaxStoredURILength = aturi.MaxStoredLength
 
 // Served maps each served method name to the collection it reads.
 func Served() map[string]string { return maps.Clone(collections) }

@@ -66,6 +66,48 @@ func (idx *Index) Add(r Reply) bool {
 	return true
 }
 
+// deletionBytes bounds how much a reply's stored entry grows when it is
+// marked deleted: a deletedAt field holding an RFC 3339 time.
+const deletionBytes = len(`,"deletedAt":""`) + len(time.RFC3339Nano)
+
+// Size bounds the stored form of idx as its replies are deleted: its
+// encoding, with room to mark every reply not yet deleted. An index whose
+// Size is within a limit stays within it, whichever replies are deleted.
+func (idx Index) Size() int {
+	n := len(idx.Encode())
+	for _, r := range idx.Replies {
+		if r.DeletedAt.IsZero() {
+			n += deletionBytes
+		}
+	}
+	return n
+}
+
+// AddWithin adds, in order, the replies of rs the index does not hold, as
+// Add does, while its Size stays within limit: the replies past the first
+// that does not fit are not added. It reports whether it added any.
+func (idx *Index) AddWithin(rs []Reply, limit int) bool {
+	size := idx.Size()
+	added := false
+	for _, r := range rs {
+		if slices.ContainsFunc(idx.Replies, func(x Reply) bool { return x.URI == r.URI }) {
+			continue
+		}
+		entry, _ := json.Marshal(r) // strings and times: cannot fail
+		grow := len(entry) + 1      // and a comma
+		if r.DeletedAt.IsZero() {
+			grow += deletionBytes
+		}
+		if size+grow > limit {
+			break
+		}
+		idx.Replies = append(idx.Replies, r)
+		size += grow
+		added = true
+	}
+	return added
+}
+
 // MarkDeleted notes that the reply uri was deleted at; it reports whether
 // the index held the reply undeleted.
 func (idx *Index) MarkDeleted(uri string, at time.Time) bool {
@@ -102,7 +144,8 @@ func RootOf(u string, body []byte) string {
 
 // OPReply reports whether the post u with body is an OP reply, and if so
 // the URI of its root's index and the reply to add to it. A root that is
-// not a post AT-URI has no index.
+// not a post AT-URI, or whose index URI would be longer than a record can
+// be stored under, has no index.
 func OPReply(u aturi.URI, body []byte) (index string, r Reply, ok bool) {
 	var p post
 	if json.Unmarshal(body, &p) != nil || p.Reply == nil || p.Reply.Parent.URI == "" {
@@ -112,7 +155,11 @@ func OPReply(u aturi.URI, body []byte) (index string, r Reply, ok bool) {
 	if err != nil || root.DID != u.DID {
 		return "", Reply{}, false
 	}
-	return IndexOf(root), Reply{URI: u.String(), Parent: p.Reply.Parent.URI}, true
+	index = IndexOf(root)
+	if len(index) > aturi.MaxStoredLength {
+		return "", Reply{}, false // no index can be stored under it
+	}
+	return index, Reply{URI: u.String(), Parent: p.Reply.Parent.URI}, true
 }
 
 // IndexOf is the URI of the index of the thread rooted at root.

@@ -9,6 +9,11 @@ import (
 	"github.com/sluice-dev/sluice/internal/store"
 )
 
+// MaxEdgeBytes bounds one edge's stored form (the store's record limit,
+// several hundred record URIs). A record past it is not listed: the edge
+// exists already, through the records it does list.
+const MaxEdgeBytes = 64 << 10
+
 // indexEdges adds the follow and list-item records among recs to the
 // social graph's edges, one read-modify-write per edge.
 func (w *Writer) indexEdges(ctx context.Context, parsed []aturi.URI, recs []store.Record) error {
@@ -59,7 +64,11 @@ func (w *Writer) changeEdge(ctx context.Context, edge string, change func(*socia
 		if !change(&e) {
 			return false
 		}
-		r.JSON = e.Encode()
+		body := e.Encode()
+		if len(body) > MaxEdgeBytes {
+			return false
+		}
+		r.JSON = body
 		return true
 	})
 	if err != nil {

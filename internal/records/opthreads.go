@@ -11,8 +11,9 @@ import (
 )
 
 // MaxIndexBytes bounds one thread's stored OP-reply index (a few hundred
-// replies); OP replies past it are not indexed, and the thread's OP
-// thread is resolved from those that are.
+// replies), with room kept to mark each of its replies deleted
+// (opthread.Index.Size); OP replies past it are not indexed, and the
+// thread's OP thread is resolved from those that are.
 const MaxIndexBytes = 64 << 10
 
 // indexOPReplies adds the OP replies among the written posts to the
@@ -36,15 +37,10 @@ func (w *Writer) indexOPReplies(ctx context.Context, parsed []aturi.URI, recs []
 	for _, uri := range order {
 		err := w.threads.Upsert(ctx, uri, func(r *store.Record, _ bool) bool {
 			idx := opthread.Decode(r.JSON)
-			added := false
-			for _, reply := range byIndex[uri] {
-				added = idx.Add(reply) || added
-			}
-			body := idx.Encode()
-			if !added || len(body) > MaxIndexBytes {
+			if !idx.AddWithin(byIndex[uri], MaxIndexBytes) {
 				return false
 			}
-			r.JSON = body
+			r.JSON = idx.Encode()
 			return true
 		})
 		if err != nil {
@@ -82,7 +78,11 @@ func (w *Writer) markOPRepliesDeleted(ctx context.Context, byIndex map[string][]
 			for _, reply := range replies {
 				changed = idx.MarkDeleted(reply, at) || changed
 			}
-			r.JSON = idx.Encode()
+			body := idx.Encode()
+			if len(body) > MaxIndexBytes {
+				return false // an index stored without room kept for marks
+			}
+			r.JSON = body
 			return changed
 		})
 		if err != nil {

@@ -255,7 +255,8 @@ func (e *InvalidTakedownError) Error() string {
 }
 
 // UpdateTakedowns sets or lifts the takedown of each stored record and
-// reports how many exist. URIs with no record are skipped.
+// reports how many exist. URIs with no record are skipped. The takedowns
+// apply in order: a record named more than once ends with the last.
 func (w *Writer) UpdateTakedowns(ctx context.Context, takedowns []Takedown) (int, error) {
 	for i, td := range takedowns {
 		if _, err := w.parse(td.URI); err != nil {
@@ -265,9 +266,21 @@ func (w *Writer) UpdateTakedowns(ctx context.Context, takedowns []Takedown) (int
 			return 0, &InvalidTakedownError{Index: i, URI: td.URI, Reason: err.Error()}
 		}
 	}
+	// One update per record, to the last state asked for it; updates of
+	// different records run in parallel.
+	last := map[string]int{} // URI → position of its last takedown
+	times := map[string]int64{}
+	var uris []string
+	for i, td := range takedowns {
+		if _, ok := last[td.URI]; !ok {
+			uris = append(uris, td.URI)
+		}
+		last[td.URI] = i
+		times[td.URI]++
+	}
 	var updated atomic.Int64
-	err := fanout.Each(ctx, len(takedowns), func(ctx context.Context, i int) error {
-		td := takedowns[i]
+	err := fanout.Each(ctx, len(uris), func(ctx context.Context, k int) error {
+		td := takedowns[last[uris[k]]]
 		u, _ := aturi.Parse(td.URI)
 		existed, err := w.services[u.Collection].Update(ctx, td.URI, func(r *store.Record) bool {
 			if r.TakedownRef == td.TakedownRef {
@@ -277,7 +290,7 @@ func (w *Writer) UpdateTakedowns(ctx context.Context, takedowns []Takedown) (int
 			return true
 		})
 		if existed {
-			updated.Add(1)
+			updated.Add(times[td.URI])
 		}
 		return err
 	})
@@ -292,6 +305,9 @@ func (w *Writer) check(i int, r *store.Record) (aturi.URI, error) {
 	u, err := w.parse(r.URI)
 	if err != nil {
 		return u, &posts.InvalidRecordError{Index: i, URI: r.URI, Reason: err.Error()}
+	}
+	if len(r.URI) > aturi.MaxStoredLength {
+		return u, &posts.InvalidRecordError{Index: i, URI: r.URI, Reason: fmt.Sprintf("URI is %d bytes, over the limit of %d", len(r.URI), aturi.MaxStoredLength)}
 	}
 	if err := w.services[u.Collection].Check(i, r); err != nil {
 		return u, err

@@ -35,7 +35,8 @@ const (
 )
 
 // Follows returns the URI of the edge "creator follows subject"; ok is
-// false when no edge can be named (a DID that is not a valid record key).
+// false when no edge can be named (a DID that is not a valid record key,
+// or an edge URI longer than a record can be stored under).
 func Follows(creator, subject string) (uri string, ok bool) {
 	return edge(creator, "f:"+subject)
 }
@@ -51,7 +52,7 @@ func OnList(listURI, subject string) (uri string, ok bool) {
 
 func edge(did, rkey string) (string, bool) {
 	u := aturi.URI{DID: did, Collection: Collection, RKey: rkey}
-	if _, err := aturi.Parse(u.String()); err != nil {
+	if _, err := aturi.Parse(u.String()); err != nil || len(u.String()) > aturi.MaxStoredLength {
 		return "", false
 	}
 	return u.String(), true

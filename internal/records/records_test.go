@@ -1,0 +1,304 @@
+package records
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/aturi"
+	"github.com/sluice-dev/sluice/internal/cache"
+	"github.com/sluice-dev/sluice/internal/guard/fanout"
+	"github.com/sluice-dev/sluice/internal/opthread"
+	"github.com/sluice-dev/sluice/internal/posts"
+	"github.com/sluice-dev/sluice/internal/socialgraph"
+	"github.com/sluice-dev/sluice/internal/store"
+	"github.com/sluice-dev/sluice/internal/store/boltstore"
+	"github.com/sluice-dev/sluice/internal/testenv"
+)
+
+const (
+	alice = "did:plc:aaaaaaaaaaaaaaaaaaaaaaaa"
+	bob   = "did:plc:bbbbbbbbbbbbbbbbbbbbbbbb"
+)
+
+// fixture is a writer over a real store and cache, with the services it
+// writes through.
+type fixture struct {
+	w        *Writer
+	services map[string]*posts.Service
+	threads  *posts.Service
+	graph    *posts.Service
+	store    store.Store
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	bolt, err := boltstore.Open(filepath.Join(t.TempDir(), "s.db"), boltstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bolt.Close() })
+	cfg := cache.DefaultConfig()
+	cfg.Servers = []string{testenv.StartMemcached(t).Addr()}
+	c, err := cache.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	f := &fixture{services: map[string]*posts.Service{}, store: bolt}
+	for _, coll := range []string{PostCollection, ThreadgateCollection, PostgateCollection, socialgraph.FollowCollection, socialgraph.ListItemCollection, socialgraph.ListCollection, "app.bsky.feed.like"} {
+		f.services[coll] = posts.New(coll, c, bolt, posts.DefaultWriteLimits())
+	}
+	f.threads = posts.New(opthread.Collection, c, bolt, posts.WriteLimits{MaxRecordBytes: MaxIndexBytes})
+	f.graph = posts.New(socialgraph.Collection, c, bolt, posts.DefaultWriteLimits())
+	f.w, err = New(f.services, f.threads, f.graph)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return fanout.WithLimit(ctx, 8)
+}
+
+func rec(uri, body string) store.Record {
+	return store.Record{URI: uri, CID: "bafyreid", JSON: []byte(body)}
+}
+
+func postURI(did, rkey string) string { return "at://" + did + "/" + PostCollection + "/" + rkey }
+
+// stored reports whether uri is in the store.
+func (f *fixture) stored(t *testing.T, uri string) bool {
+	t.Helper()
+	_, err := f.store.Get(context.Background(), uri)
+	switch {
+	case err == nil:
+		return true
+	case errors.Is(err, store.ErrNotFound):
+		return false
+	}
+	t.Fatal(err)
+	return false
+}
+
+// Tests that a record whose URI is longer than any record can be stored
+// under fails the batch before anything of it is written, naming its
+// position, rather than after the records of other collections are.
+func TestPutRefusesUnstorableURIBeforeWriting(t *testing.T) {
+	f := newFixture(t)
+	ctx := testCtx(t)
+	post := postURI(alice, "3kpost2222222")
+	long := "at://" + alice + "/app.bsky.feed.like/" + strings.Repeat("k", 500)
+	_, err := f.w.Put(ctx, []store.Record{
+		rec(post, `{"$type":"app.bsky.feed.post","text":"hi","createdAt":"2026-01-01T00:00:00Z"}`),
+		rec(long, `{"$type":"app.bsky.feed.like","subject":{"uri":"`+post+`","cid":"c"},"createdAt":"2026-01-01T00:00:00Z"}`),
+	})
+	var bad *posts.InvalidRecordError
+	if !errors.As(err, &bad) || bad.Index != 1 {
+		t.Fatalf("Put = %v, want an InvalidRecordError at index 1", err)
+	}
+	if f.stored(t, post) {
+		t.Error("the batch was refused, but its post was written")
+	}
+}
+
+// Tests that an OP reply in a thread whose root has the longest storable
+// URI is written and acknowledged, though the thread's index, whose URI
+// would be longer, cannot be kept.
+func TestPutOPReplyOfLongestRoot(t *testing.T) {
+	f := newFixture(t)
+	ctx := testCtx(t)
+	prefix := postURI(alice, "")
+	root := prefix + strings.Repeat("r", 512-len(prefix))
+	if len(root) != 512 {
+		t.Fatalf("root is %d bytes", len(root))
+	}
+	if _, err := f.w.Put(ctx, []store.Record{rec(root, `{"$type":"app.bsky.feed.post","text":"root","createdAt":"2026-01-01T00:00:00Z"}`)}); err != nil {
+		t.Fatalf("Put(root) = %v", err)
+	}
+	reply := postURI(alice, "3kreply222222")
+	body := `{"$type":"app.bsky.feed.post","text":"more","createdAt":"2026-01-01T00:00:01Z","reply":{"root":{"uri":"` + root + `","cid":"c"},"parent":{"uri":"` + root + `","cid":"c"}}}`
+	if _, err := f.w.Put(ctx, []store.Record{rec(reply, body)}); err != nil {
+		t.Fatalf("Put(OP reply) = %v, want it written", err)
+	}
+	if !f.stored(t, reply) {
+		t.Error("the OP reply was not written")
+	}
+}
+
+// Tests that a follow between two accounts whose DIDs are long did:web
+// names is written and acknowledged, though its social-graph edge, whose
+// URI would be longer than any record's, cannot be kept.
+func TestPutFollowBetweenLongDIDs(t *testing.T) {
+	f := newFixture(t)
+	ctx := testCtx(t)
+	host := func(c string) string {
+		return strings.Repeat(c, 63) + "." + strings.Repeat(c, 63) + "." + strings.Repeat(c, 63) + "." + strings.Repeat(c, 57) + ".com"
+	}
+	creator, subject := "did:web:"+host("a"), "did:web:"+host("b")
+	follow := "at://" + creator + "/" + socialgraph.FollowCollection + "/3kfollow22222"
+	if len(follow) > 512 || len(subject) != 261 {
+		t.Fatalf("follow URI is %d bytes, subject %d", len(follow), len(subject))
+	}
+	body := `{"$type":"app.bsky.graph.follow","subject":"` + subject + `","createdAt":"2026-01-01T00:00:00Z"}`
+	if _, err := f.w.Put(ctx, []store.Record{rec(follow, body)}); err != nil {
+		t.Fatalf("Put(follow) = %v, want it written", err)
+	}
+	if _, err := f.w.Delete(ctx, []string{follow}); err != nil {
+		t.Fatalf("Delete(follow) = %v", err)
+	}
+}
+
+// Tests that an account's follow records of one subject, however many,
+// are written and acknowledged, and keep the edge that the thread-gates'
+// rules read, though the edge can list only as many as fit in a record.
+func TestPutManyFollowsOfOneSubject(t *testing.T) {
+	f := newFixture(t)
+	ctx := testCtx(t)
+	prefix := "at://" + alice + "/" + socialgraph.FollowCollection + "/"
+	body := `{"$type":"app.bsky.graph.follow","subject":"` + bob + `","createdAt":"2026-01-01T00:00:00Z"}`
+	var recs []store.Record
+	for i := range 150 {
+		rkey := fmt.Sprintf("%03d", i) + strings.Repeat("f", 512-len(prefix)-3)
+		recs = append(recs, rec(prefix+rkey, body))
+	}
+	if _, err := f.w.Put(ctx, recs); err != nil {
+		t.Fatalf("Put(%d follows) = %v, want them written", len(recs), err)
+	}
+	if ok, err := f.w.graphAllows(ctx, bob, alice, GraphRules{Following: true}); err != nil || !ok {
+		t.Fatalf("graphAllows(following) = %v, %v; want true", ok, err)
+	}
+}
+
+// threadIndex is the stored OP-reply index of the thread rooted at root.
+func (f *fixture) threadIndex(t *testing.T, root string) (opthread.Index, int) {
+	t.Helper()
+	u, err := aturi.ParseIn(root, PostCollection)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _, err := f.threads.Stored(context.Background(), opthread.IndexOf(u))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return opthread.Decode(r.JSON), len(r.JSON)
+}
+
+func opReply(uri, root, parent string) store.Record {
+	return rec(uri, `{"$type":"app.bsky.feed.post","text":"more","createdAt":"2026-01-01T00:00:01Z","reply":{"root":{"uri":"`+root+`","cid":"c"},"parent":{"uri":"`+parent+`","cid":"c"}}}`)
+}
+
+// Tests that a batch of more OP replies of one thread than its index can
+// hold indexes those that fit, rather than none.
+func TestPutOPRepliesPastTheIndexLimit(t *testing.T) {
+	f := newFixture(t)
+	ctx := testCtx(t)
+	root := postURI(alice, "3kroot2222222")
+	recs := []store.Record{rec(root, `{"$type":"app.bsky.feed.post","text":"root","createdAt":"2026-01-01T00:00:00Z"}`)}
+	prefix := postURI(alice, "")
+	for i := range 200 {
+		rkey := fmt.Sprintf("%04d", i) + strings.Repeat("r", 512-len(prefix)-4)
+		recs = append(recs, opReply(prefix+rkey, root, root))
+	}
+	if _, err := f.w.Put(ctx, recs); err != nil {
+		t.Fatalf("Put = %v", err)
+	}
+	idx, size := f.threadIndex(t, root)
+	if len(idx.Replies) == 0 || size > MaxIndexBytes {
+		t.Fatalf("index holds %d replies in %d bytes; want as many as fit in %d", len(idx.Replies), size, MaxIndexBytes)
+	}
+	if idx.Replies[0].URI != recs[1].URI {
+		t.Errorf("first indexed reply is %q, want the first written", idx.Replies[0].URI)
+	}
+}
+
+// Tests that deleting an OP reply of a thread whose index is full marks
+// it deleted there, and the delete succeeds.
+func TestDeleteOPReplyOfAFullIndex(t *testing.T) {
+	f := newFixture(t)
+	ctx := testCtx(t)
+	root := postURI(alice, "3kroot2222222")
+	if _, err := f.w.Put(ctx, []store.Record{rec(root, `{"$type":"app.bsky.feed.post","text":"root","createdAt":"2026-01-01T00:00:00Z"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	prefix := postURI(alice, "")
+	first := prefix + "3kfirst222222"
+	if _, err := f.w.Put(ctx, []store.Record{opReply(first, root, root)}); err != nil {
+		t.Fatal(err)
+	}
+	// Fill the index one reply at a time, the last sized to fill it to
+	// the byte if the index would take it.
+	for i := 0; ; i++ {
+		_, size := f.threadIndex(t, root)
+		room := MaxIndexBytes - size
+		if room <= 0 || i > 1000 {
+			break
+		}
+		entry := len(`,{"uri":"","parent":""}`) + len(prefix) + len(root)
+		n := min(512-len(prefix), room-entry)
+		if n < 5 {
+			break
+		}
+		if _, err := f.w.Put(ctx, []store.Record{opReply(prefix+fmt.Sprintf("%04d", i)+strings.Repeat("r", n-4), root, root)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, after := f.threadIndex(t, root); after == size {
+			break // the index is full
+		}
+	}
+	if _, err := f.w.Delete(ctx, []string{first}); err != nil {
+		t.Fatalf("Delete(OP reply) = %v", err)
+	}
+	idx, size := f.threadIndex(t, root)
+	if size > MaxIndexBytes {
+		t.Fatalf("index is %d bytes", size)
+	}
+	for _, r := range idx.Replies {
+		if r.URI == first && r.DeletedAt.IsZero() {
+			t.Fatalf("deleted reply %s is not marked deleted in its index", first)
+		}
+	}
+}
+
+// Tests that the takedowns of one request apply in order: when a record
+// is named more than once, the last of them is its state afterwards.
+func TestUpdateTakedownsInOrder(t *testing.T) {
+	f := newFixture(t)
+	ctx := testCtx(t)
+	post := postURI(alice, "3kpost2222222")
+	if _, err := f.w.Put(ctx, []store.Record{rec(post, `{"$type":"app.bsky.feed.post","text":"hi","createdAt":"2026-01-01T00:00:00Z"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	// One processor runs the newest of several started goroutines first.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	for round := range 10 {
+		var tds []Takedown
+		for i := range 16 {
+			tds = append(tds, Takedown{URI: post, TakedownRef: fmt.Sprintf("mod:%d:%d", round, i)})
+		}
+		last := tds[len(tds)-1].TakedownRef
+		if round%2 == 1 {
+			tds = append(tds, Takedown{URI: post}) // then lift it
+			last = ""
+		}
+		n, err := f.w.UpdateTakedowns(ctx, tds)
+		if err != nil || n != len(tds) {
+			t.Fatalf("UpdateTakedowns = %d, %v; want %d", n, err, len(tds))
+		}
+		got, err := f.store.Get(ctx, post)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.TakedownRef != last {
+			t.Fatalf("round %d: takedown_ref is %q after the request, want its last, %q", round, got.TakedownRef, last)
+		}
+	}
+}
