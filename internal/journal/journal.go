@@ -25,6 +25,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -262,14 +263,23 @@ func (f *Follower) poll(ctx context.Context) {
 	// record written just before the process started.
 	from := f.clamp(maxTime(time.UnixMicro(f.cursor.Load()).Add(-f.cfg.Overlap), f.start), to)
 	var uris []string
+	// Changes are marked seen only once the whole read succeeded: a read
+	// that fails part-way is made again, and what it had already passed
+	// on must then still be tombstoned.
+	fresh := map[seenKey]time.Time{}
+	var own int64
 	err := f.j.Changes(ctx, from, to, func(ch store.Change) error {
-		if ch.Origin == f.origin {
-			f.own.Add(1)
+		k := seenKey{ch.URI, ch.Origin, ch.At.UnixMicro()}
+		if _, ok := f.seen[k]; ok {
 			return nil
 		}
-		k := seenKey{ch.URI, ch.Origin, ch.At.UnixMicro()}
-		if _, ok := f.seen[k]; !ok {
-			f.seen[k] = ch.At
+		if _, ok := fresh[k]; ok {
+			return nil
+		}
+		fresh[k] = ch.At
+		if ch.Origin == f.origin {
+			own++
+		} else {
 			uris = append(uris, ch.URI)
 		}
 		return nil
@@ -279,6 +289,8 @@ func (f *Follower) poll(ctx context.Context) {
 		f.log.Error("journal read failed; other writers' changes wait", "kind", "journal_read", "err", err)
 		return
 	}
+	maps.Copy(f.seen, fresh)
+	f.own.Add(own)
 	if len(uris) > 0 {
 		uris = uniq(uris)
 		// A tombstone not written makes its server suspect, and the

@@ -224,3 +224,73 @@ func TestOwedTombstonesNeedNoStore(t *testing.T) {
 		t.Errorf("hits %v after the retry: want the other key only (the changed one is tombstoned)", h)
 	}
 }
+
+// failAfterJournal passes its first n changes of a read to fn, then
+// fails the read, as a CQL journal does when a later partition or page
+// cannot be read; it stops failing when ok is set.
+type failAfterJournal struct {
+	*memJournal
+	n  int
+	ok bool
+}
+
+func (j *failAfterJournal) Changes(ctx context.Context, from, to time.Time, fn func(store.Change) error) error {
+	if j.ok {
+		return j.memJournal.Changes(ctx, from, to, fn)
+	}
+	passed := 0
+	err := j.memJournal.Changes(ctx, from, to, func(c store.Change) error {
+		if passed == j.n {
+			return store.ErrUnavailable
+		}
+		passed++
+		return fn(c)
+	})
+	if err == nil {
+		err = store.ErrUnavailable
+	}
+	return err
+}
+
+// Tests that a poll whose read fails part-way does not count the
+// changes it had already been given as seen: the next poll, with the
+// journal readable again, still tombstones them.
+func TestPartlyFailedPollIsReadAgain(t *testing.T) {
+	ctx := ctx(t)
+	c := newCache(t, testenv.SharedMemcached(t))
+	j := &failAfterJournal{memJournal: &memJournal{}, n: 1}
+	f := New(Config{}, j, c, "me")
+	first, second := uri(t, 1), uri(t, 2)
+	c.Fill(ctx, map[string]cache.Entry{first: {Value: []byte("old")}, second: {Value: []byte("old")}})
+	now := time.Now()
+	j.add(first, "another replica", now)
+	j.add(second, "another replica", now)
+	f.step(ctx)
+	if s := f.Stats(); s.ReadErrors != 1 {
+		t.Fatalf("stats %+v: want one failed read", s)
+	}
+	j.ok = true
+	f.step(ctx)
+	if h := hits(ctx, c, first, second); h[first] || h[second] {
+		t.Fatalf("hits %v after the journal was readable again: a change given to a failed poll was never tombstoned", h)
+	}
+	if s := f.Stats(); s.Applied != 2 {
+		t.Errorf("applied = %d, want 2", s.Applied)
+	}
+}
+
+// Tests that an own change read again by later polls (Overlap) is
+// counted once, as other writers' changes are.
+func TestOwnChangeCountedOnce(t *testing.T) {
+	ctx := ctx(t)
+	c := newCache(t, testenv.SharedMemcached(t))
+	j := &memJournal{}
+	f := New(Config{}, j, c, "me")
+	j.add(uri(t, 1), "me", time.Now())
+	for range 3 {
+		f.step(ctx)
+	}
+	if s := f.Stats(); s.Own != 1 {
+		t.Fatalf("own = %d after three polls of one own change, want 1", s.Own)
+	}
+}

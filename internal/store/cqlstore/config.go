@@ -199,9 +199,11 @@ func (c Config) Validate() error {
 }
 
 // consistencies are the levels a point read or write may use. SERIAL
-// levels are for lightweight transactions, which this package never sends.
+// levels are for lightweight transactions, which this package never sends;
+// ANY is for writes only, and the write session also reads (Delete's
+// existence check, the journal).
 var consistencies = map[string]gocql.Consistency{
-	"ANY": gocql.Any, "ONE": gocql.One, "TWO": gocql.Two, "THREE": gocql.Three,
+	"ONE": gocql.One, "TWO": gocql.Two, "THREE": gocql.Three,
 	"QUORUM": gocql.Quorum, "ALL": gocql.All, "LOCAL_QUORUM": gocql.LocalQuorum,
 	"EACH_QUORUM": gocql.EachQuorum, "LOCAL_ONE": gocql.LocalOne,
 }

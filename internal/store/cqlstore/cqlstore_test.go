@@ -333,3 +333,21 @@ func TestParseReplication(t *testing.T) {
 		})
 	}
 }
+
+// Tests that ANY is refused for reads and for writes: Cassandra accepts
+// it only for writes, and the write session also reads (Delete's
+// existence check, the journal), so a store opened with it could never
+// delete a record or read its journal.
+func TestConfigRefusesConsistencyAny(t *testing.T) {
+	for _, set := range []func(*cqlstore.Config){
+		func(c *cqlstore.Config) { c.ReadConsistency = "ANY" },
+		func(c *cqlstore.Config) { c.WriteConsistency = "any" },
+	} {
+		c := cqlstore.DefaultConfig()
+		c.Hosts = []string{"127.0.0.1"}
+		set(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "unknown level") {
+			t.Errorf("Validate() with read %s, write %s = %v, want the level refused", c.ReadConsistency, c.WriteConsistency, err)
+		}
+	}
+}

@@ -57,11 +57,26 @@ func (s *Store) writeChange(ctx context.Context, c change, what string) error {
 	if err := s.exec(ctx, c.ts, c.stmt, c.args); err != nil {
 		return queryError(ctx, what, err)
 	}
+	// The record has changed: its journal row is written even if ctx is
+	// cancelled now (the caller gave up, or another write of the same
+	// batch failed), within ctx's deadline, or one query timeout without
+	// one.
+	jctx, cancel := journalContext(ctx, s.cfg.Timeout)
+	defer cancel()
 	journalRow := []any{journalBucket(c.ts), c.ts, c.uri, s.cfg.JournalOrigin, int(s.cfg.JournalRetention.Seconds())}
-	if err := s.exec(ctx, c.ts, insertChange, journalRow); err != nil {
-		return queryError(ctx, "journal "+what, err)
+	if err := s.exec(jctx, c.ts, insertChange, journalRow); err != nil {
+		return queryError(jctx, "journal "+what, err)
 	}
 	return nil
+}
+
+// journalContext is ctx without its cancellation, ending at ctx's
+// deadline, or after timeout when ctx has none.
+func journalContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	if d, ok := ctx.Deadline(); ok {
+		return context.WithDeadline(context.WithoutCancel(ctx), d)
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), timeout)
 }
 
 // exec runs one idempotent write at client timestamp ts.
