@@ -9,11 +9,12 @@ package structcheck
 // lifecycle or a client-side fan-out with a configured limit.
 var Allowed = map[string]Site{
 	// Server lifecycle.
-	"internal/app.(*App).Serve":         lifecycle("server start: the gRPC server, the admin server and the drain watcher, joined before Serve returns"),
-	"internal/guard.(*Server).Drain":    lifecycle("drain: one goroutine runs GracefulStop and is joined before Drain returns"),
-	"internal/guard.(*Server).Serve":    lifecycle("the silent-stream sweep: one goroutine, stopped when Serve returns"),
-	"internal/telemetry.newAsyncWriter": lifecycle("the log writer: one goroutine per writer, ends when the writer is closed"),
-	"cmd/sluice.serve":                  lifecycle("SIGHUP reload loop: one goroutine, ends with the serve context"),
+	"internal/app.(*App).Serve":               lifecycle("server start: the gRPC server, the admin server and the drain watcher, joined before Serve returns"),
+	"internal/guard.(*Server).Drain":          lifecycle("drain: one goroutine runs GracefulStop and is joined before Drain returns"),
+	"internal/guard.(*Server).Serve":          lifecycle("the silent-stream sweep: one goroutine, stopped when Serve returns"),
+	"internal/telemetry.newAsyncWriter":       lifecycle("the log writer: one goroutine per writer, ends when the writer is closed"),
+	"cmd/sluice.serve":                        lifecycle("SIGHUP reload loop: one goroutine, ends with the serve context"),
+	"internal/store/cqlstore.(*Store).reopen": lifecycle("replaces stuck CQL sessions: one goroutine at a time (it holds the healer's lock), at most once per stuckAfter; Close waits for it"),
 
 	// Stream end: one context.AfterFunc per admitted stream, at most max_streams; a unary stream's handler stops it on return, so it runs only for a stream that ends first.
 	"internal/guard.(*Server).tapHandle": lifecycle("gives back an admitted stream's byte reservation and slot when the stream ends"),

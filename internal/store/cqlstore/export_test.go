@@ -51,3 +51,21 @@ func (s *Store) FailReopens() {
 
 // StuckAfter is how long queries may fail before the sessions are replaced.
 func (c Config) StuckAfter() time.Duration { return c.stuckAfter() }
+
+// WaitReopen waits for a reopen under way to finish.
+func (s *Store) WaitReopen() {
+	s.healer.mu.Lock()
+	defer s.healer.mu.Unlock()
+}
+
+// HoldReopens makes every later attempt to open fresh sessions wait for
+// release first, as a connect to a slow cluster does.
+func (s *Store) HoldReopens(release <-chan struct{}) {
+	s.healer.mu.Lock()
+	defer s.healer.mu.Unlock()
+	open := s.healer.open
+	s.healer.open = func() (*sessionPair, error) {
+		<-release
+		return open()
+	}
+}

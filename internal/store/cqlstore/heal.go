@@ -15,9 +15,9 @@ import (
 // is not marked down, so its reconnect loop skips it): every query then
 // fails with "no hosts available in the pool" until the process restarts.
 // A store that has seen only that error for longer than the time a
-// reconnect takes opens fresh sessions — at most one caller at a time,
-// and no more often than that same interval — and keeps the old ones if
-// the cluster is still unreachable.
+// reconnect takes opens fresh sessions in the background — one opening
+// at a time, and no more often than that same interval — and keeps the
+// old ones if the cluster is still unreachable.
 type healer struct {
 	open func() (*sessionPair, error)
 
@@ -56,18 +56,30 @@ func (s *Store) heal(err error) {
 	s.reopen(now)
 }
 
-// reopen opens fresh sessions and swaps them in, unless another caller is
-// already doing so or one tried within stuckAfter.
+// reopen starts opening fresh sessions, unless another caller is
+// already doing so or one tried within stuckAfter. The sessions open in
+// the background: a connect can take ConnectTimeout or longer against a
+// cluster still away, and the query that noticed the driver stuck must
+// not wait for it past its own deadline, holding its query slot.
 func (s *Store) reopen(now time.Time) {
 	h := &s.healer
 	if !h.mu.TryLock() {
 		return
 	}
-	defer h.mu.Unlock()
 	if h.closed || now.Sub(h.lastTry) < s.cfg.stuckAfter() {
+		h.mu.Unlock()
 		return
 	}
 	h.lastTry = now
+	go s.swapSessions() // at most one: it holds h.mu until done
+}
+
+// swapSessions opens fresh sessions and swaps them in, keeping the old
+// ones if the cluster is still unreachable; it releases the healer's
+// lock, which reopen took for it.
+func (s *Store) swapSessions() {
+	h := &s.healer
+	defer h.mu.Unlock()
 	fresh, err := h.open()
 	if err != nil {
 		return // still unreachable; the next stuck query tries again later

@@ -57,6 +57,7 @@ func TestHealerReplacesStuckSessions(t *testing.T) {
 
 	s.StuckFor(stuck)
 	s.Heal(gocql.ErrNoConnections)
+	s.WaitReopen()
 	if n := reopened(); n != 1 {
 		t.Fatalf("reopened %d times after %v without a connection, want 1", n, stuck)
 	}
@@ -64,6 +65,7 @@ func TestHealerReplacesStuckSessions(t *testing.T) {
 
 	s.StuckFor(stuck)
 	s.Heal(gocql.ErrNoConnections)
+	s.WaitReopen()
 	if n := reopened(); n != 1 {
 		t.Fatalf("reopened %d times, want still 1: a second replacement waits %v after the first", n, cfg.StuckAfter())
 	}
@@ -72,8 +74,41 @@ func TestHealerReplacesStuckSessions(t *testing.T) {
 	s.FailReopens()
 	s.StuckFor(stuck)
 	s.Heal(gocql.ErrNoConnections)
+	s.WaitReopen()
 	if n := reopened(); n != 1 {
 		t.Fatalf("reopened %d times while the cluster was unreachable, want still 1", n)
 	}
 	readable("after a failed reopen kept the sessions")
+}
+
+// Tests that the query which finds the driver stuck does not wait for
+// fresh sessions to open (a connect to a cluster still away can take
+// longer than the query's deadline): they open in the background, and
+// are swapped in when they have.
+func TestStuckQueryDoesNotWaitForTheReopen(t *testing.T) {
+	cfg := cqltest.Keyspace(t, "sluice_test_heal_bg")
+	s := mustOpen(t, cfg)
+	defer s.Close()
+	release := make(chan struct{})
+	s.HoldReopens(release)
+	s.StuckFor(cfg.StuckAfter() + time.Second)
+	returned := make(chan struct{})
+	go func() {
+		s.Heal(gocql.ErrNoConnections)
+		close(returned)
+	}()
+	select {
+	case <-returned:
+	case <-time.After(30 * time.Second):
+		close(release)
+		t.Fatal("the stuck query waited for the fresh sessions to open")
+	}
+	if n := s.Stats().Reopened; n != 0 {
+		t.Fatalf("reopened %d times before the sessions could open, want 0", n)
+	}
+	close(release)
+	s.WaitReopen()
+	if n := s.Stats().Reopened; n != 1 {
+		t.Fatalf("reopened %d times once the sessions could open, want 1", n)
+	}
 }
