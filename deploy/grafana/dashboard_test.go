@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -89,5 +91,114 @@ func TestDashboardPanelIDsAreUnique(t *testing.T) {
 	walk(readDashboard(t))
 	if len(first) < 30 {
 		t.Errorf("only %d panels with an id; the dashboard lost its panels", len(first))
+	}
+}
+
+// unitPanel is the part of a panel TestDashboardUnitsMatchQueries reads.
+type unitPanel struct {
+	Title       string      `json:"title"`
+	Panels      []unitPanel `json:"panels"`
+	FieldConfig struct {
+		Defaults struct {
+			Unit string `json:"unit"`
+		} `json:"defaults"`
+		Overrides []struct {
+			Matcher struct {
+				ID      string `json:"id"`
+				Options any    `json:"options"`
+			} `json:"matcher"`
+			Properties []struct {
+				ID    string `json:"id"`
+				Value any    `json:"value"`
+			} `json:"properties"`
+		} `json:"overrides"`
+	} `json:"fieldConfig"`
+	Targets []struct {
+		RefID string `json:"refId"`
+		Expr  string `json:"expr"`
+	} `json:"targets"`
+}
+
+// metricName finds the metric names a query reads.
+var metricName = regexp.MustCompile(`\b([a-z_][a-z0-9_]*)\s*(\{|\[|\)|$)`)
+
+// queryUnit is the Grafana unit of what a query returns, when it can
+// tell: a quantile of a _seconds histogram, or gauges read as they are
+// (no rate) whose names all end in _seconds or _bytes. "" otherwise.
+func queryUnit(expr string) string {
+	if m := regexp.MustCompile(`histogram_quantile\([^,]+,.*?([a-z_]+)_bucket`).FindStringSubmatch(expr); m != nil {
+		if strings.HasSuffix(m[1], "_seconds") {
+			return "s"
+		}
+		return ""
+	}
+	if strings.Contains(expr, "rate(") || strings.Contains(expr, "increase(") || strings.Contains(expr, "/") {
+		return ""
+	}
+	unit := ""
+	for _, m := range metricName.FindAllStringSubmatch(expr, -1) {
+		var u string
+		switch name := m[1]; {
+		case strings.HasSuffix(name, "_seconds"):
+			u = "s"
+		case strings.HasSuffix(name, "_bytes"):
+			u = "bytes"
+		default:
+			continue
+		}
+		if unit != "" && unit != u {
+			return ""
+		}
+		unit = u
+	}
+	return unit
+}
+
+// Tests that every query of a panel is drawn in its own unit: a query of
+// seconds in a panel of bytes (or the reverse) without an override for
+// its refId puts a GC pause of 5 ms on a bytes axis, as "0.005 B" beside
+// hundreds of MiB of heap, where no pause can ever be seen.
+func TestDashboardUnitsMatchQueries(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("dashboards", "sluice.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []unitPanel `json:"panels"`
+	}
+	if err := json.Unmarshal(raw, &dash); err != nil {
+		t.Fatalf("dashboard JSON: %v", err)
+	}
+	checked := 0
+	var walk func([]unitPanel)
+	walk = func(panels []unitPanel) {
+		for _, p := range panels {
+			for _, target := range p.Targets {
+				want := queryUnit(target.Expr)
+				if want == "" {
+					continue
+				}
+				got := p.FieldConfig.Defaults.Unit
+				for _, o := range p.FieldConfig.Overrides {
+					if o.Matcher.ID != "byFrameRefID" || o.Matcher.Options != target.RefID {
+						continue
+					}
+					for _, prop := range o.Properties {
+						if u, ok := prop.Value.(string); ok && prop.ID == "unit" {
+							got = u
+						}
+					}
+				}
+				if (got == "s" || got == "bytes") && got != want {
+					t.Errorf("panel %q: query %s (%s) returns %s but is drawn in %s; give it an override of its own unit", p.Title, target.RefID, target.Expr, want, got)
+				}
+				checked++
+			}
+			walk(p.Panels)
+		}
+	}
+	walk(dash.Panels)
+	if checked < 10 {
+		t.Errorf("only %d queries with a known unit; the test no longer reads the dashboard", checked)
 	}
 }

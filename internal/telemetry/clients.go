@@ -261,13 +261,16 @@ func (c *ClientStats) Snapshot(window int) ClientsSnapshot {
 		a := c.admission()
 		snap.Admission = &a
 	}
-	names := make([]string, 0, len(c.clients))
-	for name := range c.clients {
-		names = append(names, name)
+	// The map is keyed by label already: looking a row up through
+	// series would pass the label through c.label again, and count
+	// "other" as an unlisted caller's name.
+	all := make(map[string]*clientSeries, len(c.clients))
+	for name, s := range c.clients {
+		all[name] = s
 	}
 	c.mu.RUnlock()
-	for _, name := range names {
-		row := c.series(name).row(name, now.Unix(), window)
+	for name, s := range all {
+		row := s.row(name, now.Unix(), window)
 		snap.ServedItemsPerSec += row.ServedItemsPerSec
 		snap.Clients = append(snap.Clients, row)
 	}

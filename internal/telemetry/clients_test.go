@@ -148,3 +148,23 @@ sluice_requests_slow_total{client="feed",method="GetPostRecords",service="sluice
 		t.Error(err)
 	}
 }
+
+// Tests that reading the /clients figures leaves
+// sluice_clients_unknown_names alone: the rows are keyed by label, and
+// the label "other" is not a caller's name, so one unlisted caller stays
+// one distinct name however often the page is read.
+func TestSnapshotCountsNoUnknownName(t *testing.T) {
+	tel, r := newRequests(t, "feed")
+	ctx := context.Background()
+	r.Finished(ctx, guard.Request{Client: "mystery", Method: "/sluice.v1.PostRecords/GetPostRecords", Items: 1}, codes.OK, time.Millisecond)
+	if n := tel.clients.unknownCount(); n != 1 {
+		t.Fatalf("%d unknown names after one unlisted caller; want 1", n)
+	}
+	snap := tel.Clients().Snapshot(10)
+	if len(snap.Clients) != 1 || snap.Clients[0].Client != Other {
+		t.Fatalf("rows %+v; want one, %q", snap.Clients, Other)
+	}
+	if n := tel.clients.unknownCount(); n != 1 {
+		t.Errorf("%d unknown names after the page was read; want 1 (mystery)", n)
+	}
+}

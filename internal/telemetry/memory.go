@@ -30,7 +30,6 @@ func (t *Telemetry) ObserveMemory(stats func() guard.MemoryStats) error {
 		"sluice.grpc.streams.max_per_connection": func(s guard.MemoryStats) int64 { return int64(s.Plan.StreamsPerConnection) },
 		"sluice.grpc.connections.open":           func(s guard.MemoryStats) int64 { return s.Connections.Open },
 		"sluice.grpc.connections.max":            func(s guard.MemoryStats) int64 { return s.Connections.Max },
-		"sluice.grpc.keepalive_min_time_seconds": func(s guard.MemoryStats) int64 { return int64(s.Plan.KeepaliveMinTime.Seconds()) },
 	}
 	counters := map[string]func(guard.MemoryStats) int64{
 		"sluice.grpc.streams.refused":     func(s guard.MemoryStats) int64 { return s.RefusedStreams },
@@ -58,7 +57,13 @@ func (t *Telemetry) ObserveMemory(stats func() guard.MemoryStats) error {
 	if err != nil {
 		return err
 	}
-	insts = append(insts, refused, heap, held)
+	// A float gauge: the policy may be a fraction of a second.
+	keepalive, err := m.Float64ObservableGauge("sluice.grpc.keepalive_min_time_seconds",
+		metric.WithDescription("The keepalive enforcement policy's minimum interval between a client's pings (keepalive_min_time)."))
+	if err != nil {
+		return err
+	}
+	insts = append(insts, refused, heap, held, keepalive)
 	samples := runtimeSamples()
 	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		s := stats()
@@ -72,6 +77,7 @@ func (t *Telemetry) ObserveMemory(stats func() guard.MemoryStats) error {
 			{"response", "process", s.Responses.RefusedTotal}, {"response", "caller", s.Responses.RefusedCaller}} {
 			o.ObserveInt64(refused, r.n, metric.WithAttributes(attribute.String("ledger", r.ledger), attribute.String("scope", r.scope)))
 		}
+		o.ObserveFloat64(keepalive, s.Plan.KeepaliveMinTime.Seconds())
 		h, r := readRuntime(samples)
 		o.ObserveInt64(heap, h)
 		o.ObserveInt64(held, r)
