@@ -47,8 +47,11 @@ type Gates struct {
 	ViolatesEmbeddingRules bool // the post quotes a post whose post-gate disallows it
 }
 
-// Limits on moderation state every backend accepts (Check enforces them).
+// Limits on a record's CID and moderation state every backend accepts
+// (Check enforces them). A CID is a few dozen bytes (a CIDv1 of a SHA-256
+// digest in base32 is 59), so MaxCIDBytes leaves room for any hash.
 const (
+	MaxCIDBytes         = 256
 	MaxTakedownRefBytes = 1024
 	MaxTags             = 64
 	MaxTagBytes         = 256
@@ -105,7 +108,7 @@ type BatchReader interface {
 
 // Check reports why r cannot be stored by a backend whose limits are
 // maxURI bytes of URI and maxJSON bytes of record, wrapping ErrInvalid:
-// an empty or too long URI, too much JSON, JSON that does not parse, or
+// an empty or too long URI, a too long CID, too much JSON, JSON that does not parse, or
 // moderation state over its limits. Backends call it for every record
 // before writing any.
 func Check(r Record, maxURI, maxJSON int) error {
@@ -117,6 +120,8 @@ func Check(r Record, maxURI, maxJSON int) error {
 		return fmt.Errorf("%w: empty URI", ErrInvalid)
 	case len(r.URI) > maxURI:
 		return fmt.Errorf("%w: URI is %d bytes, over the %d-byte limit", ErrInvalid, len(r.URI), maxURI)
+	case len(r.CID) > MaxCIDBytes:
+		return fmt.Errorf("%w: CID is %d bytes, over the %d-byte limit", ErrInvalid, len(r.CID), MaxCIDBytes)
 	case len(r.JSON) > maxJSON:
 		return fmt.Errorf("%w: JSON is %d bytes, over the %d-byte limit", ErrInvalid, len(r.JSON), maxJSON)
 	case !json.Valid(r.JSON):

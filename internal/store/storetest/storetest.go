@@ -356,7 +356,8 @@ func checkHot(ctx context.Context, s store.Store) error {
 
 // testModerationState checks that a takedown reference, tags and gate
 // state round-trip, that replacing the record replaces them (a record
-// written without them has none), and that over-limit state is refused.
+// written without them has none), and that over-limit state (or CID) is
+// refused.
 func testModerationState(ctx context.Context, t *testing.T, s store.Store) {
 	r := record(1, 1)
 	r.TakedownRef = "mod-action:42"
@@ -386,6 +387,10 @@ func testModerationState(ctx context.Context, t *testing.T, s store.Store) {
 	bad.Tags, bad.TakedownRef = nil, string(make([]byte, store.MaxTakedownRefBytes+1))
 	if err := s.Put(ctx, []store.Record{bad}); !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("Put with an over-long takedown_ref = %v, want ErrInvalid", err)
+	}
+	bad.TakedownRef, bad.CID = "", string(make([]byte, store.MaxCIDBytes+1))
+	if err := s.Put(ctx, []store.Record{bad}); !errors.Is(err, store.ErrInvalid) {
+		t.Errorf("Put with an over-long CID = %v, want ErrInvalid", err)
 	}
 }
 
