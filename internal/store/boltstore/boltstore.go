@@ -115,6 +115,10 @@ type Store struct {
 	db   *bolt.DB
 	path string
 	opts Options
+	// writer is the one write transaction's turn: a write waits for it
+	// here, where it can give up at its context's end, rather than in
+	// bbolt, which waits for its writer lock however long that takes.
+	writer chan struct{}
 }
 
 var (
@@ -155,7 +159,7 @@ func open(path string, opts Options) (*Store, error) {
 		_ = db.Close()
 		return nil, err
 	}
-	return &Store{db: db, path: path, opts: opts}, nil
+	return &Store{db: db, path: path, opts: opts, writer: make(chan struct{}, 1)}, nil
 }
 
 // initSchema creates the buckets of a new file, or checks that an existing
@@ -307,7 +311,7 @@ func (s *Store) put(ctx context.Context, recs []store.Record) error {
 		}
 		vals[i] = encodeValue(r)
 	}
-	return s.update(func(tx *bolt.Tx) error {
+	return s.update(ctx, func(tx *bolt.Tx) error {
 		b := tx.Bucket(recordsBucket)
 		j := s.journal(tx)
 		for i, r := range recs {
@@ -345,7 +349,7 @@ func (s *Store) delete(ctx context.Context, uris []string) (int, error) {
 		return 0, nil
 	}
 	n := 0
-	err := s.update(func(tx *bolt.Tx) error {
+	err := s.update(ctx, func(tx *bolt.Tx) error {
 		n = 0
 		b := tx.Bucket(recordsBucket)
 		j := s.journal(tx)
@@ -436,10 +440,20 @@ func (s *Store) view(fn func(*bolt.Tx) error) error {
 	return fn(tx)
 }
 
-// update runs fn in a write transaction and commits it. Callers validate
-// first, so any failure is bbolt's or the disk's and wraps
-// store.ErrUnavailable.
-func (s *Store) update(fn func(*bolt.Tx) error) error {
+// update runs fn in a write transaction and commits it, once the write
+// before it has committed; it returns ctx's error, having written
+// nothing, if ctx ends first. Callers validate first, so any other
+// failure is bbolt's or the disk's and wraps store.ErrUnavailable.
+func (s *Store) update(ctx context.Context, fn func(*bolt.Tx) error) error {
+	select {
+	case s.writer <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-s.writer }()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	if err := s.db.Update(fn); err != nil {
 		return unavailable(err)
 	}

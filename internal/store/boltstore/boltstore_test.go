@@ -461,3 +461,41 @@ func TestClosedStoreUnavailable(t *testing.T) {
 		t.Errorf("Count after Close error = %v, want ErrUnavailable", err)
 	}
 }
+
+// Tests that a write waiting behind another (whose commit a slow disk
+// holds up) gives up at its context's end, having written nothing,
+// instead of waiting for bbolt's writer lock for as long as that takes;
+// the write before it is not disturbed.
+func TestWaitingWriteHonoursItsDeadline(t *testing.T) {
+	s := mustOpen(t, tempPath(t), Options{})
+	slowDisk, err := s.db.Begin(true) // holds bbolt's writer lock
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan error, 1)
+	go func() { first <- s.Put(context.Background(), []store.Record{rec(1)}) }()
+	for len(s.writer) == 0 { // the first write has its turn
+		time.Sleep(time.Millisecond)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	second := make(chan error, 1)
+	go func() { second <- s.Put(ctx, []store.Record{rec(2)}) }()
+	select {
+	case err := <-second:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Errorf("waiting write = %v, want its deadline", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("a write waiting for its turn outlived its deadline by 10s")
+	}
+	if err := slowDisk.Rollback(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-first; err != nil {
+		t.Fatalf("the write that had its turn: %v", err)
+	}
+	if _, err := s.Get(testContext(t), rec(2).URI); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("Get of the record whose write gave up = %v, want not found", err)
+	}
+}

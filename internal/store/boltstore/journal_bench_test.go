@@ -60,7 +60,7 @@ func putRecordsOnly(s *Store, recs []store.Record) error {
 		}
 		vals[i] = encodeValue(r)
 	}
-	return s.update(func(tx *bolt.Tx) error {
+	return s.update(context.Background(), func(tx *bolt.Tx) error {
 		b := tx.Bucket(recordsBucket)
 		for i, r := range recs {
 			if err := b.Put([]byte(r.URI), vals[i]); err != nil {
