@@ -52,6 +52,16 @@ func (s *Service) Stored(ctx context.Context, uri string) (store.Record, bool, e
 	return rec, true, nil
 }
 
+// StoredMany reads the records under uris from the store (not the
+// cache), in uris' order: in one batch read when the store has them,
+// otherwise one read per URI under the request's fan-out limit.
+func (s *Service) StoredMany(ctx context.Context, uris []string) ([]Result, error) {
+	if err := s.validate(uris); err != nil {
+		return nil, err
+	}
+	return s.loadAll(ctx, uris)
+}
+
 func (s *Service) modify(ctx context.Context, uri string, create bool, change func(*store.Record, bool) bool) (bool, error) {
 	wrote := s.ownSlot(uri)
 	defer wrote()

@@ -63,8 +63,9 @@ type postgateBody struct {
 }
 
 // gatesOf computes the gate state of post u with body, reading gates and
-// root posts from batch first, then through the read path.
-func (w *Writer) gatesOf(ctx context.Context, u aturi.URI, body []byte, batch map[string]*store.Record) (store.Gates, error) {
+// root posts from those known first (prefetchGates), then through the
+// read path.
+func (w *Writer) gatesOf(ctx context.Context, u aturi.URI, body []byte, batch known) (store.Gates, error) {
 	var g store.Gates
 	var err error
 	if _, g.HasThreadGate, err = w.lookup(ctx, gateOf(u, ThreadgateCollection), batch); err != nil {
@@ -88,7 +89,7 @@ func (w *Writer) gatesOf(ctx context.Context, u aturi.URI, body []byte, batch ma
 	return g, nil
 }
 
-func (w *Writer) violatesThreadGate(ctx context.Context, replier, rootURI string, batch map[string]*store.Record) (bool, error) {
+func (w *Writer) violatesThreadGate(ctx context.Context, replier, rootURI string, batch known) (bool, error) {
 	root, err := aturi.ParseIn(rootURI, PostCollection)
 	if err != nil {
 		return false, nil // the reference indexer finds no gate for it either
@@ -145,7 +146,7 @@ func (w *Writer) graphAllows(ctx context.Context, replier, owner string, ask Gra
 	return false, nil
 }
 
-func (w *Writer) violatesEmbedding(ctx context.Context, quoter, quotedURI string, batch map[string]*store.Record) (bool, error) {
+func (w *Writer) violatesEmbedding(ctx context.Context, quoter, quotedURI string, batch known) (bool, error) {
 	quoted, err := aturi.ParseIn(quotedURI, PostCollection)
 	if err != nil || quoted.DID == quoter {
 		return false, nil
@@ -255,9 +256,13 @@ func quotedURI(p postBody) string {
 	return ""
 }
 
-// lookup finds a record in batch or through its collection's read path.
-func (w *Writer) lookup(ctx context.Context, uri string, batch map[string]*store.Record) (store.Record, bool, error) {
+// lookup finds a record among those known, or through its collection's
+// read path.
+func (w *Writer) lookup(ctx context.Context, uri string, batch known) (store.Record, bool, error) {
 	if r, ok := batch[uri]; ok {
+		if r == nil {
+			return store.Record{}, false, nil
+		}
 		return *r, true, nil
 	}
 	u, err := aturi.Parse(uri)

@@ -33,16 +33,16 @@ func (w *Writer) indexEdges(ctx context.Context, parsed []aturi.URI, recs []stor
 // before they are deleted: record URI → the edge it makes.
 func (w *Writer) storedEdges(ctx context.Context, parsed []aturi.URI) (map[string]string, error) {
 	out := map[string]string{}
-	for _, u := range parsed {
-		if u.Collection != socialgraph.FollowCollection && u.Collection != socialgraph.ListItemCollection {
-			continue
-		}
-		rec, found, err := w.services[u.Collection].Stored(ctx, u.String())
+	for _, c := range []string{socialgraph.FollowCollection, socialgraph.ListItemCollection} {
+		stored, err := w.storedOf(ctx, parsed, c)
 		if err != nil {
 			return nil, err
 		}
-		if edge, ok := socialgraph.EdgeOf(u, rec.JSON); found && ok {
-			out[u.String()] = edge
+		for uri, rec := range stored {
+			u, _ := aturi.Parse(uri)
+			if edge, ok := socialgraph.EdgeOf(u, rec.JSON); ok {
+				out[uri] = edge
+			}
 		}
 	}
 	return out, nil

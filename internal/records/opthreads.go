@@ -53,15 +53,13 @@ func (w *Writer) indexOPReplies(ctx context.Context, parsed []aturi.URI, recs []
 // storedOPReplies reads the stored posts among uris that are OP replies,
 // before they are deleted: index URI → reply URIs.
 func (w *Writer) storedOPReplies(ctx context.Context, parsed []aturi.URI) (map[string][]string, error) {
+	stored, err := w.storedOf(ctx, parsed, PostCollection)
+	if err != nil {
+		return nil, err
+	}
 	out := map[string][]string{}
 	for _, u := range parsed {
-		if u.Collection != PostCollection {
-			continue
-		}
-		rec, found, err := w.services[PostCollection].Stored(ctx, u.String())
-		if err != nil {
-			return nil, err
-		}
+		rec, found := stored[u.String()]
 		if idx, r, ok := opthread.OPReply(u, rec.JSON); found && ok {
 			out[idx] = append(out[idx], r.URI)
 		}

@@ -115,11 +115,15 @@ func (w *Writer) Put(ctx context.Context, recs []store.Record) (int, error) {
 		parsed[i] = u
 		batch[recs[i].URI] = &recs[i]
 	}
+	k, err := w.prefetchGates(ctx, parsed, recs, batch)
+	if err != nil {
+		return 0, err
+	}
 	for i := range recs {
 		if parsed[i].Collection != PostCollection {
 			continue
 		}
-		g, err := w.gatesOf(ctx, parsed[i], recs[i].JSON, batch)
+		g, err := w.gatesOf(ctx, parsed[i], recs[i].JSON, k)
 		if err != nil {
 			return 0, err
 		}
@@ -360,6 +364,31 @@ func (w *Writer) setGateFlag(ctx context.Context, post, gateCollection string, o
 		return true
 	})
 	return err
+}
+
+// storedOf reads from the store, in one batched read, the records of
+// collection among parsed, and returns those that exist by URI.
+func (w *Writer) storedOf(ctx context.Context, parsed []aturi.URI, collection string) (map[string]store.Record, error) {
+	var uris []string
+	for _, u := range parsed {
+		if u.Collection == collection {
+			uris = append(uris, u.String())
+		}
+	}
+	if len(uris) == 0 {
+		return nil, nil
+	}
+	res, err := w.services[collection].StoredMany(ctx, uris)
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]store.Record, len(res))
+	for i, r := range res {
+		if r.Found {
+			out[uris[i]] = r.Record
+		}
+	}
+	return out, nil
 }
 
 // postOf is the post a gate URI belongs to: same author and record key.

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -43,6 +44,12 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { bolt.Close() })
+	return newFixtureOn(t, bolt)
+}
+
+// newFixtureOn is newFixture over st.
+func newFixtureOn(t *testing.T, st store.Store) *fixture {
+	t.Helper()
 	cfg := cache.DefaultConfig()
 	cfg.Servers = []string{testenv.StartMemcached(t).Addr()}
 	c, err := cache.New(cfg)
@@ -50,12 +57,12 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	f := &fixture{services: map[string]*posts.Service{}, store: bolt}
+	f := &fixture{services: map[string]*posts.Service{}, store: st}
 	for _, coll := range []string{PostCollection, ThreadgateCollection, PostgateCollection, socialgraph.FollowCollection, socialgraph.ListItemCollection, socialgraph.ListCollection, "app.bsky.feed.like"} {
-		f.services[coll] = posts.New(coll, c, bolt, posts.DefaultWriteLimits())
+		f.services[coll] = posts.New(coll, c, st, posts.DefaultWriteLimits())
 	}
-	f.threads = posts.New(opthread.Collection, c, bolt, posts.WriteLimits{MaxRecordBytes: MaxIndexBytes})
-	f.graph = posts.New(socialgraph.Collection, c, bolt, posts.DefaultWriteLimits())
+	f.threads = posts.New(opthread.Collection, c, st, posts.WriteLimits{MaxRecordBytes: MaxIndexBytes})
+	f.graph = posts.New(socialgraph.Collection, c, st, posts.DefaultWriteLimits())
 	f.w, err = New(f.services, f.threads, f.graph)
 	if err != nil {
 		t.Fatal(err)
@@ -300,5 +307,77 @@ func TestUpdateTakedownsInOrder(t *testing.T) {
 		if got.TakedownRef != last {
 			t.Fatalf("round %d: takedown_ref is %q after the request, want its last, %q", round, got.TakedownRef, last)
 		}
+	}
+}
+
+// countingStore counts the store reads made through it, a batch read as
+// one.
+type countingStore struct {
+	*boltstore.Store
+	reads atomic.Int64
+}
+
+func (s *countingStore) Get(ctx context.Context, uri string) (store.Record, error) {
+	s.reads.Add(1)
+	return s.Store.Get(ctx, uri)
+}
+
+func (s *countingStore) GetMany(ctx context.Context, uris []string) (map[string]store.Record, error) {
+	s.reads.Add(1)
+	return s.Store.GetMany(ctx, uris)
+}
+
+// Tests that the records a batch's gate state depends on are read ahead
+// in a few batched reads, not one read after another per post: 500
+// replies, half of them to roots with a thread-gate, make a handful of
+// store reads, and their gate state is as read one by one; deleting them
+// reads what they were (OP replies, edges) in batched reads too.
+func TestGateStateReadsAheadInBatches(t *testing.T) {
+	bolt, err := boltstore.Open(filepath.Join(t.TempDir(), "s.db"), boltstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bolt.Close() })
+	st := &countingStore{Store: bolt}
+	f := newFixtureOn(t, st)
+	ctx := testCtx(t)
+	const n = 500
+	var roots, replies []store.Record
+	for i := range n {
+		root := postURI(bob, fmt.Sprintf("3kroot%05d", i))
+		roots = append(roots, rec(root, `{"$type":"app.bsky.feed.post","text":"root","createdAt":"2024-01-01T00:00:00Z"}`))
+		if i%2 == 0 {
+			gate := "at://" + bob + "/" + ThreadgateCollection + fmt.Sprintf("/3kroot%05d", i)
+			roots = append(roots, rec(gate, fmt.Sprintf(`{"$type":"app.bsky.feed.threadgate","post":%q,"allow":[],"createdAt":"2024-01-01T00:00:00Z"}`, root)))
+		}
+		replies = append(replies, rec(postURI(alice, fmt.Sprintf("3kreply%05d", i)), fmt.Sprintf(`{"$type":"app.bsky.feed.post","text":"re","createdAt":"2024-01-01T00:00:00Z","reply":{"root":{"uri":%q,"cid":"b"},"parent":{"uri":%q,"cid":"b"}}}`, root, root)))
+	}
+	if _, err := f.w.Put(ctx, roots); err != nil {
+		t.Fatal(err)
+	}
+	before := st.reads.Load()
+	if _, err := f.w.Put(ctx, replies); err != nil {
+		t.Fatal(err)
+	}
+	if reads := st.reads.Load() - before; reads > 10 {
+		t.Errorf("a batch of %d replies made %d store reads; want a few batched reads", n, reads)
+	}
+	uris := make([]string, len(replies))
+	for i, r := range replies {
+		got, err := f.store.Get(ctx, r.URI)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := i%2 == 0; got.Gates.ViolatesThreadGate != want {
+			t.Fatalf("reply %d: violates_thread_gate %v, want %v", i, got.Gates.ViolatesThreadGate, want)
+		}
+		uris[i] = r.URI
+	}
+	before = st.reads.Load()
+	if n, err := f.w.Delete(ctx, uris); err != nil || n != len(uris) {
+		t.Fatalf("Delete = %d, %v; want %d", n, err, len(uris))
+	}
+	if reads := st.reads.Load() - before; reads > 10 {
+		t.Errorf("deleting %d posts made %d store reads; want a few batched reads", n, reads)
 	}
 }
