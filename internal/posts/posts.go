@@ -434,6 +434,28 @@ func (s *Service) shareSlots(uris []string) (wrote func()) {
 	}
 }
 
+// ownSlots takes the slots of uris alone, in slot order (as shareSlots
+// takes them, so the two never wait for each other in a cycle), for a
+// read-modify-write of many records; the function it returns counts the
+// write and lets them go.
+func (s *Service) ownSlots(uris []string) (wrote func()) {
+	at := make([]uint64, len(uris))
+	for i, u := range uris {
+		at[i] = s.slotIndex(u)
+	}
+	slices.Sort(at)
+	at = slices.Compact(at)
+	for _, i := range at {
+		s.slots[i].lock.Lock()
+	}
+	return func() {
+		for _, i := range at {
+			s.slots[i].writes.Add(1)
+			s.slots[i].lock.Unlock()
+		}
+	}
+}
+
 // ownSlot takes uri's slot alone, for a read-modify-write; the function
 // it returns counts the write and lets the slot go.
 func (s *Service) ownSlot(uri string) (wrote func()) {

@@ -489,3 +489,91 @@ func TestNewRefusesAnInvalidCollection(t *testing.T) {
 	}()
 	New("app..post", nil, nil, WriteLimits{})
 }
+
+// Tests UpsertMany: a URI given twice is changed twice, a new record is
+// created and checked, the changed records are read back through the
+// cache as changed, and a change that breaks the write rules fails the
+// call with nothing written.
+func TestUpsertManyChangesEachRecordInOrder(t *testing.T) {
+	svc, _, recs := newService(t, 1)
+	ctx := testCtx(t, 4)
+	a := recs[0]
+	if _, _, err := svc.Get(ctx, []string{a.URI}); err != nil { // cached
+		t.Fatal(err)
+	}
+	fresh := strings.Replace(a.URI, a.URI[strings.LastIndex(a.URI, "/")+1:], "3knewrecord22", 1)
+	var sawExisted []bool
+	err := svc.UpsertMany(ctx, []string{a.URI, fresh, a.URI}, func(r *store.Record, existed bool) bool {
+		sawExisted = append(sawExisted, existed)
+		if !existed && len(r.JSON) == 0 {
+			r.CID, r.JSON = "bafy-new", []byte(`{"$type":"app.bsky.feed.post","text":"new"}`)
+		}
+		r.Tags = append(r.Tags, "t")
+		return true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []bool{true, false, true}; !slices.Equal(sawExisted, want) {
+		t.Errorf("existed seen %v, want %v", sawExisted, want)
+	}
+	res, _, err := svc.Get(ctx, []string{a.URI, fresh})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res[0].Record.Tags; len(got) != 2 {
+		t.Errorf("record given twice has tags %v through the cache, want two", got)
+	}
+	if !res[1].Found || res[1].Record.IndexedAt.IsZero() || len(res[1].Record.Tags) != 1 {
+		t.Errorf("new record: %+v, want it created, indexed and tagged once", res[1])
+	}
+	bad := strings.Replace(fresh, "3knewrecord22", "3kbadrecord22", 1)
+	err = svc.UpsertMany(ctx, []string{a.URI, bad}, func(r *store.Record, existed bool) bool {
+		r.Tags = append(r.Tags, "u")
+		if !existed {
+			r.JSON = []byte(`{"$type":"app.bsky.feed.like"}`)
+		}
+		return true
+	})
+	var invalid *InvalidRecordError
+	if !errors.As(err, &invalid) {
+		t.Fatalf("UpsertMany with a record breaking the rules = %v, want InvalidRecordError", err)
+	}
+	if rec, _, _ := svc.Stored(ctx, a.URI); len(rec.Tags) != 2 {
+		t.Errorf("after the failed call the record has tags %v, want it unchanged", rec.Tags)
+	}
+}
+
+// Tests that UpsertMany is serialised with the other writes of its
+// records: an Update of a record UpsertMany has read and not written yet
+// waits for it, and both changes are kept.
+func TestUpsertManyKeepsAConcurrentUpdate(t *testing.T) {
+	svc, gs, recs := newService(t, 1)
+	target := recs[0]
+	reached := gs.hold(target.URI)
+	ctx := testCtx(t, 4)
+	manyDone := make(chan error)
+	go func() {
+		manyDone <- svc.UpsertMany(ctx, []string{target.URI}, func(r *store.Record, _ bool) bool { r.Gates.HasPostGate = true; return true })
+	}()
+	<-reached
+	updateDone := make(chan error)
+	go func() {
+		_, err := svc.Update(ctx, target.URI, func(r *store.Record) bool { r.TakedownRef = "mod:2"; return true })
+		updateDone <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // time for the update to be written, were nothing to stop it
+	close(gs.released)
+	for _, done := range []chan error{manyDone, updateDone} {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	rec, _, err := svc.Stored(ctx, target.URI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.TakedownRef != "mod:2" || !rec.Gates.HasPostGate {
+		t.Fatalf("stored takedown %q, post gate %v: want both changes kept", rec.TakedownRef, rec.Gates.HasPostGate)
+	}
+}

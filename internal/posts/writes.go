@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/guard/fanout"
+
 	"github.com/sluice-dev/sluice/internal/store"
 )
 
@@ -50,6 +52,102 @@ func (s *Service) Stored(ctx context.Context, uri string) (store.Record, bool, e
 		return store.Record{}, false, fmt.Errorf("posts: read %s: %w", uri, err)
 	}
 	return rec, true, nil
+}
+
+// UpsertMany is Upsert for many records at once: it reads them from the
+// store in one batched read, applies change to each in uris' order (a
+// URI given twice is changed twice), and writes those changed in one
+// store write, then invalidates their cache entries; existed tells
+// whether the record was stored before the call. It is serialised
+// with this Service's other writes of the URIs as Upsert is. A change
+// that fails the write rules fails the whole call before anything is
+// written.
+func (s *Service) UpsertMany(ctx context.Context, uris []string, change func(r *store.Record, existed bool) bool) error {
+	if len(uris) == 0 {
+		return nil
+	}
+	if err := s.validate(uris); err != nil {
+		return err
+	}
+	wrote := s.ownSlots(uris)
+	defer wrote()
+	current, err := s.storedNow(ctx, uris)
+	if err != nil {
+		s.logWriteError(ctx, "update", len(uris), err)
+		return fmt.Errorf("posts: read %d records to update: %w", len(uris), err)
+	}
+	changed, err := s.applyChanges(uris, current, change)
+	if err != nil || len(changed) == 0 {
+		return err
+	}
+	if err := s.store.Put(ctx, changed); err != nil {
+		s.logWriteError(ctx, "update", len(changed), err)
+		return fmt.Errorf("posts: update %d records: %w", len(changed), err)
+	}
+	s.invalidate(ctx, uriList(changed))
+	return nil
+}
+
+// storedNow reads uris from the store (not the cache, nor a read shared
+// with others): in one batch read when the store has them, otherwise one
+// read per URI under the request's fan-out limit.
+func (s *Service) storedNow(ctx context.Context, uris []string) (map[string]store.Record, error) {
+	if br, ok := s.store.(store.BatchReader); ok {
+		return br.GetMany(ctx, uris)
+	}
+	out := make([]Result, len(uris))
+	err := fanout.Each(ctx, len(uris), func(ctx context.Context, i int) (err error) {
+		out[i], err = s.storeGet(ctx, uris[i])
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	found := make(map[string]store.Record, len(uris))
+	for i, r := range out {
+		if r.Found {
+			found[uris[i]] = r.Record
+		}
+	}
+	return found, nil
+}
+
+// applyChanges applies change to each of uris' records (current holds
+// those stored) and returns the changed ones, each once, checked against
+// the write rules if new.
+func (s *Service) applyChanges(uris []string, current map[string]store.Record, change func(*store.Record, bool) bool) ([]store.Record, error) {
+	now := time.Now().UTC()
+	recs := map[string]*store.Record{}
+	var changed []string
+	isChanged := map[string]bool{}
+	for _, uri := range uris {
+		r, ok := recs[uri]
+		if !ok {
+			stored, existed := current[uri]
+			if !existed {
+				stored = store.Record{URI: uri}
+			}
+			r = &stored
+			recs[uri] = r
+		}
+		_, existed := current[uri]
+		if change(r, existed) && !isChanged[uri] {
+			isChanged[uri] = true
+			changed = append(changed, uri)
+		}
+	}
+	out := make([]store.Record, 0, len(changed))
+	for i, uri := range changed {
+		r := recs[uri]
+		if _, existed := current[uri]; !existed {
+			if err := s.checkRecord(i, r); err != nil {
+				return nil, err
+			}
+			r.IndexedAt = now
+		}
+		out = append(out, *r)
+	}
+	return out, nil
 }
 
 // StoredMany reads the records under uris from the store (not the

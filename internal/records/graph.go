@@ -3,6 +3,8 @@ package records
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/sluice-dev/sluice/internal/aturi"
 	"github.com/sluice-dev/sluice/internal/socialgraph"
@@ -15,18 +17,15 @@ import (
 const MaxEdgeBytes = 64 << 10
 
 // indexEdges adds the follow and list-item records among recs to the
-// social graph's edges, one read-modify-write per edge.
+// social graph's edges, in one read-modify-write of all of them.
 func (w *Writer) indexEdges(ctx context.Context, parsed []aturi.URI, recs []store.Record) error {
+	changes := map[string][]string{} // edge → records to add
 	for i, u := range parsed {
-		edge, ok := socialgraph.EdgeOf(u, recs[i].JSON)
-		if !ok {
-			continue
-		}
-		if err := w.changeEdge(ctx, edge, func(e *socialgraph.Edge) bool { return e.Add(recs[i].URI) }); err != nil {
-			return err
+		if edge, ok := socialgraph.EdgeOf(u, recs[i].JSON); ok {
+			changes[edge] = append(changes[edge], recs[i].URI)
 		}
 	}
-	return nil
+	return w.changeEdges(ctx, changes, (*socialgraph.Edge).Add)
 }
 
 // storedEdges reads the stored follow and list-item records among uris,
@@ -50,18 +49,38 @@ func (w *Writer) storedEdges(ctx context.Context, parsed []aturi.URI) (map[strin
 
 // unindexEdges removes deleted records from the edges they made.
 func (w *Writer) unindexEdges(ctx context.Context, edges map[string]string) error {
+	changes := map[string][]string{} // edge → records to remove
 	for rec, edge := range edges {
-		if err := w.changeEdge(ctx, edge, func(e *socialgraph.Edge) bool { return e.Remove(rec) }); err != nil {
-			return err
-		}
+		changes[edge] = append(changes[edge], rec)
 	}
-	return nil
+	return w.changeEdges(ctx, changes, (*socialgraph.Edge).Remove)
 }
 
-func (w *Writer) changeEdge(ctx context.Context, edge string, change func(*socialgraph.Edge) bool) error {
-	err := w.graph.Upsert(ctx, edge, func(r *store.Record, _ bool) bool {
+// changeEdges applies change with each of an edge's records to that edge,
+// for every edge in changes, in one read-modify-write of them all. An
+// edge takes no record past MaxEdgeBytes: it exists already, through the
+// records it lists.
+func (w *Writer) changeEdges(ctx context.Context, changes map[string][]string, change func(*socialgraph.Edge, string) bool) error {
+	if len(changes) == 0 {
+		return nil
+	}
+	edges := slices.Sorted(maps.Keys(changes))
+	err := w.graph.UpsertMany(ctx, edges, func(r *store.Record, _ bool) bool {
 		e := socialgraph.Decode(r.JSON)
-		if !change(&e) {
+		size, changed := len(e.Encode()), false
+		for _, rec := range changes[r.URI] {
+			before := len(e.Records)
+			if !change(&e, rec) {
+				continue
+			}
+			size += (len(e.Records) - before) * (len(rec) + len(`"",`))
+			if size > MaxEdgeBytes {
+				e.Remove(rec) // an addition past the limit: the edge exists already
+				break
+			}
+			changed = true
+		}
+		if !changed {
 			return false
 		}
 		body := e.Encode()
@@ -72,7 +91,7 @@ func (w *Writer) changeEdge(ctx context.Context, edge string, change func(*socia
 		return true
 	})
 	if err != nil {
-		return fmt.Errorf("update the social graph edge %s: %w", edge, err)
+		return fmt.Errorf("update %d social graph edges: %w", len(edges), err)
 	}
 	return nil
 }

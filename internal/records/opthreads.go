@@ -3,6 +3,8 @@ package records
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/aturi"
@@ -17,7 +19,7 @@ import (
 const MaxIndexBytes = 64 << 10
 
 // indexOPReplies adds the OP replies among the written posts to the
-// indexes of their threads, one read-modify-write per thread.
+// indexes of their threads, in one read-modify-write of all of them.
 func (w *Writer) indexOPReplies(ctx context.Context, parsed []aturi.URI, recs []store.Record) error {
 	byIndex := map[string][]opthread.Reply{}
 	var order []string
@@ -34,18 +36,16 @@ func (w *Writer) indexOPReplies(ctx context.Context, parsed []aturi.URI, recs []
 		}
 		byIndex[idx] = append(byIndex[idx], r)
 	}
-	for _, uri := range order {
-		err := w.threads.Upsert(ctx, uri, func(r *store.Record, _ bool) bool {
-			idx := opthread.Decode(r.JSON)
-			if !idx.AddWithin(byIndex[uri], MaxIndexBytes) {
-				return false
-			}
-			r.JSON = idx.Encode()
-			return true
-		})
-		if err != nil {
-			return fmt.Errorf("index the OP replies of thread %s: %w", uri, err)
+	err := w.threads.UpsertMany(ctx, order, func(r *store.Record, _ bool) bool {
+		idx := opthread.Decode(r.JSON)
+		if !idx.AddWithin(byIndex[r.URI], MaxIndexBytes) {
+			return false
 		}
+		r.JSON = idx.Encode()
+		return true
+	})
+	if err != nil {
+		return fmt.Errorf("index the OP replies of %d threads: %w", len(order), err)
 	}
 	return nil
 }
@@ -69,23 +69,28 @@ func (w *Writer) storedOPReplies(ctx context.Context, parsed []aturi.URI) (map[s
 
 // markOPRepliesDeleted marks deleted OP replies in their threads' indexes.
 func (w *Writer) markOPRepliesDeleted(ctx context.Context, byIndex map[string][]string, at time.Time) error {
-	for uri, replies := range byIndex {
-		_, err := w.threads.Update(ctx, uri, func(r *store.Record) bool {
-			idx := opthread.Decode(r.JSON)
-			changed := false
-			for _, reply := range replies {
-				changed = idx.MarkDeleted(reply, at) || changed
-			}
-			body := idx.Encode()
-			if len(body) > MaxIndexBytes {
-				return false // an index stored without room kept for marks
-			}
-			r.JSON = body
-			return changed
-		})
-		if err != nil {
-			return fmt.Errorf("mark deleted OP replies in thread %s: %w", uri, err)
+	if len(byIndex) == 0 {
+		return nil
+	}
+	indexes := slices.Sorted(maps.Keys(byIndex))
+	err := w.threads.UpsertMany(ctx, indexes, func(r *store.Record, existed bool) bool {
+		if !existed {
+			return false
 		}
+		idx := opthread.Decode(r.JSON)
+		changed := false
+		for _, reply := range byIndex[r.URI] {
+			changed = idx.MarkDeleted(reply, at) || changed
+		}
+		body := idx.Encode()
+		if len(body) > MaxIndexBytes {
+			return false // an index stored without room kept for marks
+		}
+		r.JSON = body
+		return changed
+	})
+	if err != nil {
+		return fmt.Errorf("mark deleted OP replies in %d threads: %w", len(indexes), err)
 	}
 	return nil
 }

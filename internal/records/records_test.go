@@ -310,11 +310,16 @@ func TestUpdateTakedownsInOrder(t *testing.T) {
 	}
 }
 
-// countingStore counts the store reads made through it, a batch read as
-// one.
+// countingStore counts the store reads and writes made through it, a
+// batch as one.
 type countingStore struct {
 	*boltstore.Store
-	reads atomic.Int64
+	reads, writes atomic.Int64
+}
+
+func (s *countingStore) Put(ctx context.Context, recs []store.Record) error {
+	s.writes.Add(1)
+	return s.Store.Put(ctx, recs)
 }
 
 func (s *countingStore) Get(ctx context.Context, uri string) (store.Record, error) {
@@ -379,5 +384,61 @@ func TestGateStateReadsAheadInBatches(t *testing.T) {
 	}
 	if reads := st.reads.Load() - before; reads > 10 {
 		t.Errorf("deleting %d posts made %d store reads; want a few batched reads", n, reads)
+	}
+}
+
+// Tests that a batch's social-graph edges are changed in one
+// read-modify-write of them all, not one store read and write per edge:
+// 500 follows of different subjects make a handful of store reads and
+// writes, and each makes its edge; deleting them does the same and
+// removes every edge.
+func TestEdgesChangedInOneReadModifyWrite(t *testing.T) {
+	bolt, err := boltstore.Open(filepath.Join(t.TempDir(), "s.db"), boltstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { bolt.Close() })
+	st := &countingStore{Store: bolt}
+	f := newFixtureOn(t, st)
+	ctx := testCtx(t)
+	const n = 500
+	recs := make([]store.Record, n)
+	uris := make([]string, n)
+	subject := func(i int) string { return fmt.Sprintf("did:plc:zzzzzzzzzzzzzzzzzzz%05d", i) }
+	for i := range recs {
+		uris[i] = "at://" + alice + "/" + socialgraph.FollowCollection + fmt.Sprintf("/3kfollow%05d", i)
+		recs[i] = rec(uris[i], fmt.Sprintf(`{"$type":"app.bsky.graph.follow","subject":%q,"createdAt":"2026-01-01T00:00:00Z"}`, subject(i)))
+	}
+	follows := func(i int) bool {
+		t.Helper()
+		ok, err := f.w.graphAllows(ctx, subject(i), alice, GraphRules{Following: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	reads, writes := st.reads.Load(), st.writes.Load()
+	if _, err := f.w.Put(ctx, recs); err != nil {
+		t.Fatal(err)
+	}
+	if r, w := st.reads.Load()-reads, st.writes.Load()-writes; r > 10 || w > 10 {
+		t.Errorf("writing %d follows made %d store reads and %d writes; want a few of each", n, r, w)
+	}
+	for _, i := range []int{0, n / 2, n - 1} {
+		if !follows(i) {
+			t.Fatalf("follow %d made no edge", i)
+		}
+	}
+	reads, writes = st.reads.Load(), st.writes.Load()
+	if _, err := f.w.Delete(ctx, uris); err != nil {
+		t.Fatal(err)
+	}
+	if r, w := st.reads.Load()-reads, st.writes.Load()-writes; r > 10 || w > 10 {
+		t.Errorf("deleting %d follows made %d store reads and %d writes; want a few of each", n, r, w)
+	}
+	for _, i := range []int{0, n / 2, n - 1} {
+		if follows(i) {
+			t.Fatalf("follow %d still makes its edge after its delete", i)
+		}
 	}
 }
