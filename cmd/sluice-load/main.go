@@ -22,6 +22,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -123,7 +124,39 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	case !f.compare && f.scenarioFile == "" && f.preset == "" && f.replay == "":
 		return nil, errors.New("nothing to send: give --scenario FILE, --preset NAME or --replay TRACE")
 	}
+	if err := checkOverrides(fs, f); err != nil {
+		return nil, err
+	}
 	return f, nil
+}
+
+// checkOverrides refuses an overriding flag given with a value out of
+// its range, which would otherwise read as "not given" (the defaults of
+// --missing and --skew are -1) or fail later under the scenario field's
+// name.
+func checkOverrides(fs *flag.FlagSet, f *flags) error {
+	var errs []error
+	fs.Visit(func(fl *flag.Flag) {
+		switch fl.Name {
+		case "missing":
+			if !(f.missing >= 0 && f.missing <= 1) {
+				errs = append(errs, fmt.Errorf("--missing %v: want a share between 0 and 1", f.missing))
+			}
+		case "skew":
+			if !(f.skew == 0 || f.skew > 1 && f.skew <= scenario.MaxSkew) {
+				errs = append(errs, fmt.Errorf("--skew %v: want 0 (uniform) or an exponent above 1 and at most %d", f.skew, scenario.MaxSkew))
+			}
+		case "duration":
+			if f.duration <= 0 {
+				errs = append(errs, fmt.Errorf("--duration %v: want a positive duration", f.duration))
+			}
+		case "max-outstanding":
+			if f.maxOutstanding < 1 {
+				errs = append(errs, fmt.Errorf("--max-outstanding %d: want at least 1", f.maxOutstanding))
+			}
+		}
+	})
+	return errors.Join(errs...)
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -290,7 +323,9 @@ func buildScenario(f *flags) (scenario.Scenario, error) {
 		return s, err
 	}
 	if f.without != "" {
-		s.Clients = without(s.Clients, strings.Split(f.without, ","))
+		if s.Clients, err = without(s.Clients, strings.Split(f.without, ",")); err != nil {
+			return s, err
+		}
 		s.Name += " without " + f.without
 	}
 	if f.uris != "" {
@@ -318,6 +353,11 @@ func buildScenario(f *flags) (scenario.Scenario, error) {
 	}
 	if f.missing >= 0 {
 		s.URIs.Missing = f.missing
+		for i := range s.Clients {
+			if c := &s.Clients[i]; c.URIs != nil {
+				c.URIs.Missing = f.missing
+			}
+		}
 	}
 	if f.skew >= 0 {
 		s.URIs.Skew = f.skew
@@ -354,7 +394,14 @@ func setRates(clients []scenario.Client, spec string) error {
 	return nil
 }
 
-func without(clients []scenario.Client, names []string) []scenario.Client {
+// without applies --without: the clients not named. A name that matches
+// no client is an error, so a typo does not leave that client in.
+func without(clients []scenario.Client, names []string) ([]scenario.Client, error) {
+	for _, n := range names {
+		if !slices.ContainsFunc(clients, func(c scenario.Client) bool { return c.Name == strings.TrimSpace(n) }) {
+			return nil, fmt.Errorf("--without %q: no client of the scenario is named %s", n, strings.TrimSpace(n))
+		}
+	}
 	var out []scenario.Client
 	for _, c := range clients {
 		keep := true
@@ -365,7 +412,7 @@ func without(clients []scenario.Client, names []string) []scenario.Client {
 			out = append(out, c)
 		}
 	}
-	return out
+	return out, nil
 }
 
 func warm(ctx context.Context, f *flags, s scenario.Scenario, stderr io.Writer) error {

@@ -188,7 +188,7 @@ func (d driver) run(ctx context.Context) {
 		if !sleepUntil(ctx, timer, at) {
 			break
 		}
-		d.rec.Scheduled()
+		d.rec.Scheduled(at)
 		if d.record != nil {
 			d.record.Write(trace.Entry{OffsetMS: float64(req.offset) / float64(time.Millisecond), Client: d.plan.client.Name, Method: req.method, URIs: req.uris, Batch: len(req.uris)})
 		}

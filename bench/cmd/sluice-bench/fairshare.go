@@ -39,6 +39,9 @@ func capacity(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if err := c.check(); err != nil {
+		return err
+	}
 	uris, err := scenario.ReadURIs(c.uris)
 	if err != nil {
 		return err

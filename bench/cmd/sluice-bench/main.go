@@ -19,6 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -84,6 +85,28 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "how long each path is measured")
 }
 
+// check refuses counts that would measure nothing.
+func (c *common) check() error {
+	return positive(map[string]int64{"--concurrency": int64(c.concurrency), "--batch": int64(c.batch), "--duration": int64(c.duration)})
+}
+
+// positive refuses any flag, by name, whose value is below 1: zero
+// workers or rounds measure nothing and turn every ratio into NaN.
+// --duration's value is in nanoseconds.
+func positive(flags map[string]int64) error {
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(flags)) {
+		if v := flags[name]; v < 1 {
+			got := fmt.Sprint(v)
+			if name == "--duration" {
+				got = time.Duration(v).String()
+			}
+			errs = append(errs, fmt.Errorf("%s must be positive, got %s", name, got))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 func cacheHit(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("cachehit", flag.ContinueOnError)
 	var c common
@@ -94,6 +117,9 @@ func cacheHit(ctx context.Context, args []string) error {
 	serverPID := fs.Int("server-pid", 0, "sluice's pid, to report the CPU each path used (with --memcached-pid)")
 	memcachedPID := fs.Int("memcached-pid", 0, "memcached's pid")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := c.check(); err != nil {
 		return err
 	}
 	uris, err := scenario.ReadURIs(c.uris)
@@ -205,6 +231,9 @@ func coldPath(ctx context.Context, args []string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
+	if err := c.check(); err != nil {
+		return err
+	}
 	uris, err := scenario.ReadURIs(c.uris)
 	if err != nil {
 		return err
@@ -265,6 +294,9 @@ func storeRead(ctx context.Context, args []string) error {
 	sluiceJSON := fs.String("sluice", "", "coldpath result to compare with")
 	md := fs.String("md", "", "Markdown fragment to write")
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := errors.Join(c.check(), positive(map[string]int64{"--fanout": int64(*fanout)})); err != nil {
 		return err
 	}
 	var cold coldResult

@@ -110,6 +110,9 @@ func peerBench(ctx context.Context, args []string) error {
 	if *sluicePID <= 0 || *peerPID <= 0 || *mcPID <= 0 {
 		return fmt.Errorf("--sluice-pid, --peer-pid and --memcached-pid are all required")
 	}
+	if err := positive(map[string]int64{"--concurrency": int64(*concurrency), "--duration": int64(*duration), "--rounds": int64(*rounds)}); err != nil {
+		return err
+	}
 	cs, err := parseCases(*cases, *zipfS)
 	if err != nil {
 		return err

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
 	"time"
@@ -36,6 +37,10 @@ func writePath(ctx context.Context, args []string) error {
 	}
 	if *on == "" || *off == "" {
 		return errors.New("writepath: --on and --off are required")
+	}
+	if err := positive(map[string]int64{"--writers": int64(*writers), "--readers": int64(*readers), "--batch": int64(*batch),
+		"--written": int64(*written), "--duration": int64(*duration), "--rounds": int64(*rounds)}); err != nil {
+		return err
 	}
 	uris, err := scenario.ReadURIs(*urisFile)
 	if err != nil {
@@ -101,7 +106,10 @@ func quantile(xs []float64, q float64) float64 {
 	}
 	xs = slices.Clone(xs)
 	slices.Sort(xs)
-	return xs[min(len(xs)-1, int(q*float64(len(xs))))]
+	// The ceil(q·n)-th smallest; the slack keeps a product such as
+	// 0.07 × 100 = 7.000000000000001 at its rank.
+	rank := int(math.Ceil(q*float64(len(xs)) - 1e-9))
+	return xs[min(len(xs)-1, max(rank-1, 0))]
 }
 
 func writePathMD(w io.Writer, all [][]throughput.WritePathResult, written int, d time.Duration, rounds int) {

@@ -41,6 +41,7 @@ type Recorder struct {
 	ok        int64
 	errors    int64
 	items     int64
+	began     time.Time // earliest scheduled send
 	last      time.Time // latest completion
 	seconds   []*second
 }
@@ -71,10 +72,13 @@ func micros(d time.Duration) int64 {
 	return min(max(d.Microseconds(), minMicros), maxMicros)
 }
 
-// Scheduled counts a request whose send time came.
-func (r *Recorder) Scheduled() {
+// Scheduled counts a request whose send time, at, came.
+func (r *Recorder) Scheduled(at time.Time) {
 	r.mu.Lock()
 	r.scheduled++
+	if r.began.IsZero() || at.Before(r.began) {
+		r.began = at
+	}
 	r.mu.Unlock()
 }
 
@@ -157,7 +161,8 @@ func (r *Recorder) Progress(now time.Time) Progress {
 }
 
 // Result returns the client's result. Items per second are over the
-// client's active time, from its start to its last response.
+// client's active time, from its first scheduled send (a client may
+// start after the run) to its last response.
 func (r *Recorder) Result() report.Client {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -168,7 +173,11 @@ func (r *Recorder) Result() report.Client {
 		Latency: Summarize(r.latency),
 		SendLag: Summarize(r.lag),
 	}
-	if active := r.last.Sub(r.start).Seconds(); active > 0 {
+	from := r.began
+	if from.IsZero() {
+		from = r.start
+	}
+	if active := r.last.Sub(from).Seconds(); active > 0 {
 		c.ItemsPerSec = float64(r.items) / active
 	}
 	for i, s := range r.seconds {

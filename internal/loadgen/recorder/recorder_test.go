@@ -89,11 +89,11 @@ func TestPercentilesMatchKnownInputs(t *testing.T) {
 // that drops are counted apart from sends.
 func TestLateAndDropped(t *testing.T) {
 	r := New("c", "GetPostRecords", time.Now())
-	r.Scheduled()
+	r.Scheduled(time.Now())
 	r.Sent(time.Millisecond)
-	r.Scheduled()
+	r.Scheduled(time.Now())
 	r.Sent(50 * time.Millisecond)
-	r.Scheduled()
+	r.Scheduled(time.Now())
 	r.Dropped()
 	got := r.Result()
 	if got.Scheduled != 3 || got.Sent != 2 || got.Late != 1 || got.Dropped != 1 {
@@ -101,5 +101,27 @@ func TestLateAndDropped(t *testing.T) {
 	}
 	if got.SendLag.Max < 49 || got.SendLag.Max > 51 {
 		t.Errorf("send lag max %.2f ms, want 50", got.SendLag.Max)
+	}
+}
+
+// Tests that items per second are over the client's own active time: a
+// client whose first request is due 20 s into the run and whose last
+// answer comes at 30 s answered its 10,000 items in 10 s, not in 30.
+func TestItemsPerSecondFromTheClientsFirstSend(t *testing.T) {
+	start := time.Unix(1_700_000_000, 0)
+	r := New("late", "GetPostRecords", start)
+	for i := range 10 {
+		at := start.Add(20*time.Second + time.Duration(i)*time.Second)
+		r.Scheduled(at)
+		r.Sent(0)
+		r.Done(at.Add(time.Second), time.Second, "OK", "", 1000)
+	}
+	got := r.Result()
+	if got.Items != 10_000 || math.Abs(got.ItemsPerSec-1000) > 1 {
+		t.Errorf("items %d, items/s %.1f; want 10,000 items over the 10 s from the first scheduled send to the last answer, 1,000/s", got.Items, got.ItemsPerSec)
+	}
+	// The timeline stays on the run's clock, so clients line up.
+	if len(got.Timeline) != 31 || got.Timeline[21].OK != 1 || got.Timeline[20].OK != 0 {
+		t.Errorf("timeline of %d seconds: %+v", len(got.Timeline), got.Timeline)
 	}
 }

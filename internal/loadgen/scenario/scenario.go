@@ -113,7 +113,7 @@ type Batch struct {
 // replaced by well-formed URIs of posts that do not exist, and how the
 // existing ones are drawn: uniformly (Skew 0) or zipf-distributed over
 // the file's order with exponent Skew (> 1; 1.1 is a viral-post-heavy
-// feed: the first URI of 50,000 is drawn about 10 % of the time).
+// feed: the first URI of 50,000 is drawn about 14 % of the time).
 type URISource struct {
 	File    string  `yaml:"file"`
 	Missing float64 `yaml:"missing"`
