@@ -2,10 +2,14 @@
 // service, for services that read post records in batches of any size.
 //
 // A Client names its caller on every request (metadata x-client-id), asks
-// the server once for its limits (GetLimits), and then splits each batch
-// into chunks that fit both the method's max_items and the caller's
-// budget. Chunks are sent with bounded parallelism, paced to the budget's
-// items per second, and reassembled in request order.
+// the server for its limits (GetLimits) at start, again once they are a
+// minute old and at once when a chunk is refused as larger than the
+// budget (budgets can be reloaded while the server runs), and splits each
+// batch into chunks that fit both the method's max_items and the caller's
+// budget. Chunks are sent with bounded parallelism, within the caller's
+// in-flight items across all of the Client's calls, paced to the budget's
+// items per second, and reassembled in request order. Neither a retry
+// delay nor the pace is waited out past the caller's deadline.
 //
 // Unavailable and ResourceExhausted answers are retried after the delay
 // their google.rpc.RetryInfo gives (jittered exponential backoff when it
@@ -25,12 +29,14 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"time"
 
 	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/sync/semaphore"
 	"golang.org/x/time/rate"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -52,6 +58,10 @@ const getPostRecords = "sluice.v1.PostRecords/GetPostRecords"
 
 // paceHeadroom is the share of the budget's rate the client paces to.
 const paceHeadroom = 0.95
+
+// limitsMaxAge is how long fetched limits are used before a call asks
+// for them again, so that budgets reloaded on the server are followed.
+const limitsMaxAge = time.Minute
 
 // Criticality tells the server which work to shed first.
 type Criticality string
@@ -155,10 +165,17 @@ type Client struct {
 	opts    options
 	conn    *grpc.ClientConn // owned when Dial made it
 	rpc     sluicev1.PostRecordsClient
-	limits  Limits
 	pace    *rate.Limiter
 	retries *retryBudget
 	metrics *metrics
+
+	randMu sync.Mutex // opts.rand is not safe for concurrent use
+
+	fetchMu  sync.Mutex // one GetLimits at a time
+	mu       sync.Mutex // guards the fields below
+	limits   Limits
+	fetched  time.Time           // when limits were last asked for
+	inflight *semaphore.Weighted // the caller's in-flight items, shared by all calls
 }
 
 // Dial connects to the sluice at target as the caller name and fetches
@@ -229,19 +246,69 @@ func newClient(ctx context.Context, conn grpc.ClientConnInterface, name string, 
 	}
 	c := &Client{name: name, opts: o, rpc: sluicev1.NewPostRecordsClient(conn), metrics: m,
 		retries: newRetryBudget(o.retryRatio, o.retryBurst)}
-	resp, err := c.rpc.GetLimits(c.outgoing(ctx), &sluicev1.GetLimitsRequest{})
+	l, err := c.fetchLimits(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("client: fetch limits: %w", err)
-	}
-	if c.limits, err = chooseLimits(resp, o.parallelism); err != nil {
 		return nil, err
 	}
 	// The local pace follows the server's bucket (which GetLimits itself
 	// was charged one item from) with a little headroom, since requests
 	// sent on time may still reach the server bunched up.
-	c.pace = rate.NewLimiter(rate.Limit(c.limits.ItemsPerSecond*paceHeadroom), c.limits.Burst)
+	c.pace = rate.NewLimiter(rate.Limit(l.ItemsPerSecond*paceHeadroom), l.Burst)
 	c.pace.ReserveN(time.Now(), 1)
+	c.limits, c.fetched, c.inflight = l, time.Now(), semaphore.NewWeighted(int64(l.MaxInflightItems))
 	return c, nil
+}
+
+func (c *Client) fetchLimits(ctx context.Context) (Limits, error) {
+	resp, err := c.rpc.GetLimits(c.outgoing(ctx), &sluicev1.GetLimitsRequest{})
+	if err != nil {
+		return Limits{}, fmt.Errorf("client: fetch limits: %w", err)
+	}
+	return chooseLimits(resp, c.opts.parallelism)
+}
+
+// currentLimits returns the limits, fetched again first when they are
+// older than limitsMaxAge.
+func (c *Client) currentLimits(ctx context.Context) Limits {
+	c.mu.Lock()
+	l, fetched := c.limits, c.fetched
+	c.mu.Unlock()
+	if time.Since(fetched) < limitsMaxAge {
+		return l
+	}
+	return c.refreshLimits(ctx, fetched)
+}
+
+// refreshLimits asks the server for the limits again, unless they were
+// asked for after since, and puts them in force. When the server does not
+// answer, the limits in force stay (and are asked for again only after
+// limitsMaxAge).
+func (c *Client) refreshLimits(ctx context.Context, since time.Time) Limits {
+	c.fetchMu.Lock()
+	defer c.fetchMu.Unlock()
+	c.mu.Lock()
+	if c.fetched.After(since) {
+		defer c.mu.Unlock()
+		return c.limits
+	}
+	c.mu.Unlock()
+	l, err := c.fetchLimits(ctx)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.fetched = time.Now()
+	if err != nil {
+		return c.limits
+	}
+	if l.ItemsPerSecond != c.limits.ItemsPerSecond || l.Burst != c.limits.Burst {
+		now := time.Now()
+		c.pace.SetLimitAt(now, rate.Limit(l.ItemsPerSecond*paceHeadroom))
+		c.pace.SetBurstAt(now, l.Burst)
+	}
+	if l.MaxInflightItems != c.limits.MaxInflightItems {
+		c.inflight = semaphore.NewWeighted(int64(l.MaxInflightItems))
+	}
+	c.limits = l
+	return l
 }
 
 // chooseLimits picks the chunk size and parallelism that fit the method's
@@ -267,8 +334,12 @@ func chooseLimits(resp *sluicev1.GetLimitsResponse, parallelism int) (Limits, er
 	return l, nil
 }
 
-// Limits returns the limits fetched at start and the chunking chosen.
-func (c *Client) Limits() Limits { return c.limits }
+// Limits returns the limits last fetched and the chunking chosen.
+func (c *Client) Limits() Limits {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.limits
+}
 
 // Close closes the connection Dial made; it does nothing after New.
 func (c *Client) Close() error {
@@ -292,10 +363,11 @@ func (c *Client) GetPostRecords(ctx context.Context, uris []string) (records []*
 		return nil, nil
 	}
 	records = make([]*sluicev1.PostRecord, len(uris))
-	size := c.limits.ChunkSize
+	l := c.currentLimits(ctx)
+	size := l.ChunkSize
 	chunks := (len(uris) + size - 1) / size
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(c.limits.Parallelism)
+	g.SetLimit(l.Parallelism)
 	for i := range chunks {
 		from, to := i*size, min((i+1)*size, len(uris))
 		g.Go(func() error {
@@ -313,15 +385,17 @@ func (c *Client) GetPostRecords(ctx context.Context, uris []string) (records []*
 	return records, nil
 }
 
-// chunk sends one request, paced to the budget, retrying as allowed.
+// chunk sends one request, paced to the budget, retrying as allowed. A
+// chunk larger than the limits now allow (the budget was lowered on the
+// server) is sent as smaller ones, one after another.
 func (c *Client) chunk(ctx context.Context, uris []string) ([]*sluicev1.PostRecord, error) {
+	if size := c.Limits().ChunkSize; len(uris) > size {
+		return c.split(ctx, uris, size)
+	}
 	c.retries.earn()
 	for attempt := 1; ; attempt++ {
-		if err := c.waitForBudget(ctx, len(uris)); err != nil {
-			return nil, err
-		}
-		c.metrics.chunk(ctx)
-		resp, err := c.rpc.GetPostRecords(c.outgoing(ctx), &sluicev1.GetPostRecordsRequest{Uris: uris})
+		sent := time.Now()
+		resp, err := c.send(ctx, uris)
 		if err == nil {
 			if len(resp.GetRecords()) != len(uris) {
 				return nil, fmt.Errorf("server answered %d records for %d uris", len(resp.GetRecords()), len(uris))
@@ -330,10 +404,19 @@ func (c *Client) chunk(ctx context.Context, uris []string) ([]*sluicev1.PostReco
 		}
 		delay, retryable := c.retryDelay(err, attempt)
 		switch {
+		case overBurst(err):
+			// Larger than the budget admits: if the budget changed, the
+			// limits fetched again say how to split the chunk.
+			if size := c.refreshLimits(ctx, sent).ChunkSize; len(uris) > size {
+				return c.split(ctx, uris, size)
+			}
+			return nil, err
 		case !retryable:
 			return nil, err
 		case attempt >= c.opts.maxAttempts:
 			return nil, fmt.Errorf("gave up after %d attempts: %w", attempt, err)
+		case pastDeadline(ctx, delay):
+			return nil, fmt.Errorf("not retried: the advised wait of %v runs past the deadline: %w", delay.Round(time.Millisecond), err)
 		case !c.retries.spend():
 			return nil, fmt.Errorf("retry budget spent (retries are kept under %.0f%% of requests): %w", c.opts.retryRatio*100, err)
 		}
@@ -344,14 +427,74 @@ func (c *Client) chunk(ctx context.Context, uris []string) ([]*sluicev1.PostReco
 	}
 }
 
+// split sends uris as chunks of at most size, in order.
+func (c *Client) split(ctx context.Context, uris []string, size int) ([]*sluicev1.PostRecord, error) {
+	out := make([]*sluicev1.PostRecord, 0, len(uris))
+	for from := 0; from < len(uris); from += size {
+		to := min(from+size, len(uris))
+		got, err := c.chunk(ctx, uris[from:to])
+		if err != nil {
+			return nil, fmt.Errorf("part uris[%d:%d] of the chunk: %w", from, to, err)
+		}
+		out = append(out, got...)
+	}
+	return out, nil
+}
+
+// send makes one attempt: it waits for room in the caller's in-flight
+// items, shared by every call of the Client, and for the pace.
+func (c *Client) send(ctx context.Context, uris []string) (*sluicev1.GetPostRecordsResponse, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err // the call failed or ended: spend no budget on it
+	}
+	c.mu.Lock()
+	inflight, maxInflight := c.inflight, c.limits.MaxInflightItems
+	c.mu.Unlock()
+	n := int64(min(len(uris), maxInflight))
+	if err := inflight.Acquire(ctx, n); err != nil {
+		return nil, err
+	}
+	defer inflight.Release(n)
+	if err := c.waitForBudget(ctx, len(uris)); err != nil {
+		return nil, err
+	}
+	c.metrics.chunk(ctx)
+	return c.rpc.GetPostRecords(c.outgoing(ctx), &sluicev1.GetPostRecordsRequest{Uris: uris})
+}
+
+// overBurst reports a ResourceExhausted without RetryInfo: a request
+// larger than the caller's budget could ever admit.
+func overBurst(err error) bool {
+	st := status.Convert(err)
+	if st.Code() != codes.ResourceExhausted {
+		return false
+	}
+	for _, d := range st.Details() {
+		if _, ok := d.(*errdetails.RetryInfo); ok {
+			return false
+		}
+	}
+	return true
+}
+
+// pastDeadline reports whether waiting d would end after ctx's deadline.
+func pastDeadline(ctx context.Context, d time.Duration) bool {
+	deadline, ok := ctx.Deadline()
+	return ok && time.Until(deadline) < d
+}
+
 // waitForBudget waits until the local pace allows n more items, so the
 // server rarely has to refuse them.
 func (c *Client) waitForBudget(ctx context.Context, n int) error {
 	r := c.pace.ReserveN(time.Now(), n)
 	if !r.OK() {
-		return fmt.Errorf("a chunk of %d items exceeds the burst of %d", n, c.limits.Burst)
+		return fmt.Errorf("a chunk of %d items exceeds the burst of %d", n, c.Limits().Burst)
 	}
 	if d := r.Delay(); d > 0 {
+		if pastDeadline(ctx, d) {
+			r.Cancel()
+			return status.Errorf(codes.DeadlineExceeded, "the budget's pace admits %d more items only in %v, past the deadline; send a longer deadline or a smaller batch", n, d.Round(time.Millisecond))
+		}
 		if err := c.throttle(ctx, d); err != nil {
 			r.Cancel()
 			return err
@@ -386,7 +529,10 @@ func (c *Client) retryDelay(err error, attempt int) (time.Duration, bool) {
 	if hasInfo {
 		return advised + c.jitter(advised/5), true
 	}
-	backoff := min(c.opts.baseBackoff<<(attempt-1), c.opts.maxBackoff)
+	backoff := c.opts.maxBackoff
+	if shift := attempt - 1; shift < 62 && c.opts.baseBackoff <= c.opts.maxBackoff>>shift {
+		backoff = c.opts.baseBackoff << shift
+	}
 	return backoff/2 + c.jitter(backoff/2), true
 }
 
@@ -394,6 +540,8 @@ func (c *Client) jitter(upTo time.Duration) time.Duration {
 	if upTo <= 0 {
 		return 0
 	}
+	c.randMu.Lock()
+	defer c.randMu.Unlock()
 	return time.Duration(c.opts.rand.Int64N(int64(upTo)))
 }
 

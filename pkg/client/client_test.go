@@ -2,11 +2,13 @@ package client_test
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"testing"
 	"time"
 
 	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
+	"github.com/sluice-dev/sluice/internal/guard/budget"
 	"github.com/sluice-dev/sluice/pkg/client"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -174,5 +176,35 @@ func TestNoRetryOnInvalidArgument(t *testing.T) {
 func TestDialNeedsAName(t *testing.T) {
 	if _, err := client.Dial(testCtx(t), server.addr, ""); err == nil {
 		t.Fatal("Dial with no name succeeded")
+	}
+}
+
+// Tests that a budget lowered by a reload on the server is followed: the
+// chunk the server now refuses as larger than the burst is split to the
+// limits fetched again, and the call succeeds.
+func TestFollowsReloadedBudget(t *testing.T) {
+	c, _ := dial(t, "reloaded")
+	if l := c.Limits(); l.ChunkSize != 1000 {
+		t.Fatalf("limits %+v; want chunks of 1000 under the default budget", l)
+	}
+	lowered := testBudgets
+	lowered.Clients = maps.Clone(testBudgets.Clients)
+	lowered.Clients["reloaded"] = budget.Budget{ItemsPerSecond: 100_000, Burst: 300, MaxInflightItems: 1_200}
+	if err := server.app.Guard.SetBudgets(lowered); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { server.app.Guard.SetBudgets(testBudgets) })
+	uris := server.uris[:1000]
+	records, err := c.GetPostRecords(testCtx(t), uris)
+	if err != nil {
+		t.Fatalf("after the budget was lowered: %v", err)
+	}
+	for i, r := range records {
+		if r.GetUri() != uris[i] || !r.GetFound() {
+			t.Fatalf("records[%d] = %s found=%v, want %s", i, r.GetUri(), r.GetFound(), uris[i])
+		}
+	}
+	if l := c.Limits(); l.Burst != 300 || l.ChunkSize != 300 {
+		t.Errorf("limits %+v, want the lowered burst of 300", l)
 	}
 }
