@@ -20,7 +20,7 @@ if ! port_open "$MEMCACHED"; then
     echo "run: starting memcached on $MEMCACHED" >&2
     user=(); [[ $(id -u) -eq 0 ]] && user=(-u root)
     mkdir -p .deps
-    /usr/bin/memcached -d -P .deps/run-memcached.pid -l "${MEMCACHED%:*}" -p "${MEMCACHED##*:}" -U 0 -m 512 "${user[@]}"
+    /usr/bin/memcached -d -P "$PWD/.deps/run-memcached.pid" -l "${MEMCACHED%:*}" -p "${MEMCACHED##*:}" -U 0 -m 512 "${user[@]}"
     for _ in $(seq 50); do port_open "$MEMCACHED" && break; sleep 0.1; done
   fi
 fi

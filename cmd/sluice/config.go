@@ -35,7 +35,7 @@ func parseServe(args []string) (serveFlags, error) {
 	clientCA := fs.String("client-ca", "", "CA certificates (PEM) that client certificates must chain to")
 	var memLimit membudget.Bytes
 	fs.Var(&memLimit, "memory-limit", "memory budget and Go soft memory limit, IEC units (e.g. 512MiB); the byte, connection and stream caps are derived from it and checked against it (default: the config file's guard.memory_limit, else GOMEMLIMIT, else 90% of the cgroup limit, else a quarter of the machine's memory up to 4GiB)")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return serveFlags{}, err
 	}
 	cfg := def

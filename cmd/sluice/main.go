@@ -68,3 +68,17 @@ func run(ctx context.Context, args []string) error {
 	}
 	return fmt.Errorf("%w: unknown verb %q", errUsage, args[0])
 }
+
+// parseFlags parses a verb's flags and refuses any word left after them:
+// the flag package stops at the first argument that is not a flag, so the
+// flags after a stray word (a second address after a space instead of a
+// comma) would otherwise be dropped without a word.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("%w: %s: unexpected argument %q (the flags after it were not read; lists are comma-separated)", errUsage, fs.Name(), fs.Arg(0))
+	}
+	return nil
+}

@@ -18,7 +18,7 @@ func migrate(ctx context.Context, args []string, out io.Writer) error {
 	cfg.RegisterFlags(fs)
 	replication := fs.String("replication", "1",
 		"keyspace replication: a factor for SimpleStrategy (development, one datacenter), or dc:factor pairs for NetworkTopologyStrategy (production), e.g. dc1:3,dc2:3")
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if !cfg.Enabled() {

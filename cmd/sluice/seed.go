@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -30,7 +31,7 @@ func seed(ctx context.Context, args []string) error {
 	parallel := fs.Int("parallel", 32, "writes in flight at once (the CQL store writes one record per statement)")
 	cfg := app.DefaultConfig()
 	cfg.CQL.RegisterFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *urisOut == "" {
@@ -93,7 +94,8 @@ func writePosts(ctx context.Context, st store.Store, next func() store.Record, n
 			recs = append(recs, next())
 		}
 		if err := st.Put(ctx, recs); err != nil {
-			return fmt.Errorf("seed: after %d posts: %w", written, err)
+			// The URIs of the posts already written still go to the file.
+			return errors.Join(fmt.Errorf("seed: after %d posts: %w", written, err), flushURIs(w, urisOut))
 		}
 		for _, r := range recs {
 			fmt.Fprintln(w, r.URI)
@@ -101,10 +103,17 @@ func writePosts(ctx context.Context, st store.Store, next func() store.Record, n
 		progress.update(written + len(recs))
 	}
 	progress.done()
+	if err := flushURIs(w, urisOut); err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+func flushURIs(w *bufio.Writer, urisOut string) error {
 	if err := w.Flush(); err != nil {
 		return fmt.Errorf("seed: write %s: %w", urisOut, err)
 	}
-	return f.Close()
+	return nil
 }
 
 // progress prints a self-overwriting progress line at most every 200 ms.

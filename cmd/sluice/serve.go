@@ -19,6 +19,12 @@ import (
 )
 
 func serve(ctx context.Context, args []string) error {
+	// SIGHUP is caught from the start: its default action would kill a
+	// server still opening its store. One that arrives before serving is
+	// handled once the server serves.
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	flags, err := parseServe(args)
 	if err != nil {
 		return err
@@ -46,10 +52,7 @@ func serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	go reloadOnHangup(ctx, hup, a, flags.configPath, log)
+	go reloadOnHangup(ctx, hup, a, args, flags.configPath, log)
 	return a.Serve(ctx, grpcLis, httpLis)
 }
 
@@ -84,7 +87,7 @@ func useFineGrainedBufferPool() error {
 // reloadOnHangup reloads the admission budgets from the config file on
 // each SIGHUP until ctx ends. A file that does not load keeps the budgets
 // in force; the error is logged.
-func reloadOnHangup(ctx context.Context, hup <-chan os.Signal, a *app.App, path string, log *slog.Logger) {
+func reloadOnHangup(ctx context.Context, hup <-chan os.Signal, a *app.App, args []string, path string, log *slog.Logger) {
 	for {
 		select {
 		case <-ctx.Done():
@@ -95,10 +98,20 @@ func reloadOnHangup(ctx context.Context, hup <-chan os.Signal, a *app.App, path 
 			log.Warn("SIGHUP: no --config file was given; nothing to reload")
 			continue
 		}
-		if err := a.ReloadAdmission(path); err != nil {
+		if err := reload(a, args, path); err != nil {
 			log.Error("SIGHUP: keeping the budgets in force", "file", path, "err", err)
 		}
 	}
+}
+
+// reload reads the config file again with the flags serve was started
+// with, checks the whole as start-up does, and puts its budgets in force.
+func reload(a *app.App, args []string, path string) error {
+	next, err := parseServe(args)
+	if err != nil {
+		return err
+	}
+	return a.ReloadAdmission(next.cfg, path)
 }
 
 // killAfterStoreWriteEnv names a test hook: when set, a write of a URI

@@ -320,9 +320,12 @@ func (a *App) Listen() (grpcLis, httpLis net.Listener, err error) {
 	return grpcLis, httpLis, nil
 }
 
-// Serve serves on the listeners until ctx ends, then drains: readiness
-// drops first, in-flight requests get DrainTimeout, new ones are refused.
+// Serve serves on the listeners until ctx ends, or one of its servers
+// fails, then drains: readiness drops first, in-flight requests get
+// DrainTimeout, new ones are refused.
 func (a *App) Serve(ctx context.Context, grpcLis, httpLis net.Listener) error {
+	ctx, failed := context.WithCancel(ctx)
+	defer failed()
 	a.log.Info("sluice serving", "grpc", grpcLis.Addr().String(), "admin", httpLis.Addr().String(),
 		"memcached", a.cfg.Cache.Servers, "memcached_max_conns", a.cfg.Cache.MaxConnsPerServer,
 		"store", a.cfg.storeName(), "tls", a.cfg.TLS.Enabled(), "note", a.trustNote(grpcLis.Addr()))
@@ -356,7 +359,11 @@ func (a *App) Serve(ctx context.Context, grpcLis, httpLis net.Listener) error {
 	}()
 	var err error
 	for range servers {
-		if e := <-done; err == nil {
+		e := <-done
+		if e != nil {
+			failed() // drain the others rather than serve half-started
+		}
+		if err == nil {
 			err = e
 		}
 	}

@@ -217,21 +217,6 @@ func parseFile(path string) (fileConfig, error) {
 	return f, nil
 }
 
-// LoadAdmission reads only the admission section of the config file at
-// path, for a reload: the default budgets when the file has none, an
-// error when the file does not parse or a budget is invalid.
-func LoadAdmission(path string) (budget.Config, error) {
-	f, err := parseFile(path)
-	if err != nil {
-		return budget.Config{}, err
-	}
-	cfg := f.admission()
-	if err := cfg.Validate(); err != nil {
-		return budget.Config{}, fmt.Errorf("config %s: %w", path, err)
-	}
-	return cfg, nil
-}
-
 // admission returns the file's budgets: the built-in default budget
 // where the file names none, plus the file's named clients.
 func (f fileConfig) admission() budget.Config {
