@@ -68,3 +68,27 @@ func TestSeedFailureKeepsWrittenURIs(t *testing.T) {
 		t.Errorf("URIs file lists %d posts after 2 batches of 10 were written, want 20", got)
 	}
 }
+
+// Tests that a flag the config file can also set overrides it when
+// given, even with an empty or zero value, and leaves it alone when not.
+func TestGivenFlagsOverrideTheFileEvenWhenEmpty(t *testing.T) {
+	cfgPath := filepath.Join(t.TempDir(), "c.yaml")
+	file := "telemetry:\n  otlp_endpoint: collector:4317\n  trace_sample_ratio: 0.5\nguard:\n  memory_limit: 768MiB\n"
+	if err := os.WriteFile(cfgPath, []byte(file), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	kept, err := parseServe([]string{"--config", cfgPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := kept.cfg; c.Telemetry.OTLPEndpoint != "collector:4317" || c.Telemetry.TraceSampleRatio != 0.5 || c.Guard.MemoryLimit == 0 {
+		t.Fatalf("without flags: endpoint %q, ratio %v, memory limit %v; want the file's", c.Telemetry.OTLPEndpoint, c.Telemetry.TraceSampleRatio, c.Guard.MemoryLimit)
+	}
+	cleared, err := parseServe([]string{"--config", cfgPath, "--otlp-endpoint", "", "--trace-sample-ratio", "0", "--memory-limit", "0"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := cleared.cfg; c.Telemetry.OTLPEndpoint != "" || c.Telemetry.TraceSampleRatio != 0 || c.Guard.MemoryLimit != 0 {
+		t.Fatalf("with empty and zero flags: endpoint %q, ratio %v, memory limit %v; want them cleared", c.Telemetry.OTLPEndpoint, c.Telemetry.TraceSampleRatio, c.Guard.MemoryLimit)
+	}
+}

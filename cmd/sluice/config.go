@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"flag"
 	"strings"
 
@@ -47,32 +46,33 @@ func parseServe(args []string) (serveFlags, error) {
 	cfg.DataDir, cfg.GRPCAddr, cfg.HTTPAddr, cfg.DrainTimeout = *dataDir, *grpcAddr, *httpAddr, *drain
 	cfg.Cache.Servers = splitList(*memcached)
 	cfg.Cache.MaxConnsPerServer = *maxConns
-	if *otlp != "" {
-		cfg.Telemetry.OTLPEndpoint = *otlp
-	}
+	// A flag given overrides the file's value even when empty or zero
+	// (an endpoint or TLS file cleared, the memory limit derived again).
 	given := givenFlags(fs)
-	if given["trace-sample-ratio"] {
-		cfg.Telemetry.TraceSampleRatio = *ratio
-	}
-	if given["near-cache-ttl"] {
-		cfg.Near.TTL = *nearTTL
-	}
+	overrideIfGiven(given, "otlp-endpoint", &cfg.Telemetry.OTLPEndpoint, *otlp)
+	overrideIfGiven(given, "trace-sample-ratio", &cfg.Telemetry.TraceSampleRatio, *ratio)
+	overrideIfGiven(given, "near-cache-ttl", &cfg.Near.TTL, *nearTTL)
+	overrideIfGiven(given, "memory-limit", &cfg.Guard.MemoryLimit, memLimit)
+	overrideIfGiven(given, "tls-cert", &cfg.TLS.CertFile, *tlsCert)
+	overrideIfGiven(given, "tls-key", &cfg.TLS.KeyFile, *tlsKey)
+	overrideIfGiven(given, "client-ca", &cfg.TLS.ClientCAFile, *clientCA)
 	cfg.StoreReadDelay = *storeDelay
-	if memLimit != 0 {
-		cfg.Guard.MemoryLimit = memLimit
-	}
-	cfg.TLS.CertFile = cmp.Or(*tlsCert, cfg.TLS.CertFile)
-	cfg.TLS.KeyFile = cmp.Or(*tlsKey, cfg.TLS.KeyFile)
-	cfg.TLS.ClientCAFile = cmp.Or(*clientCA, cfg.TLS.ClientCAFile)
 	return serveFlags{cfg: cfg, configPath: *configPath}, cfg.Validate()
 }
 
-// givenFlags names the flags set on the command line, so a flag whose
-// zero is meaningful (0: off) overrides the config file only when given.
+// givenFlags names the flags set on the command line: a flag that the
+// config file can also set overrides it only when given.
 func givenFlags(fs *flag.FlagSet) map[string]bool {
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
 	return given
+}
+
+// overrideIfGiven sets *dst to v when the flag name was given.
+func overrideIfGiven[T any](given map[string]bool, name string, dst *T, v T) {
+	if given[name] {
+		*dst = v
+	}
 }
 
 func splitList(s string) []string {
