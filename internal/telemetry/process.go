@@ -129,5 +129,17 @@ func resolve(ctx context.Context, server string) (netip.AddrPort, error) {
 	if err != nil || len(addrs) == 0 {
 		return netip.AddrPort{}, fmt.Errorf("telemetry: resolve %s: %w", server, err)
 	}
-	return netip.AddrPortFrom(addrs[0].Unmap(), uint16(port)), nil
+	return netip.AddrPortFrom(dialedAddr(addrs), uint16(port)), nil
+}
+
+// dialedAddr is the address of addrs the memcached client connects to:
+// it resolves a server name as net.ResolveTCPAddr does, to the first IPv4
+// address when there is one.
+func dialedAddr(addrs []netip.Addr) netip.Addr {
+	for _, a := range addrs {
+		if a.Unmap().Is4() {
+			return a.Unmap()
+		}
+	}
+	return addrs[0]
 }
