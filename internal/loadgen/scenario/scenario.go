@@ -247,10 +247,10 @@ func (s Scenario) validateClient(c Client) []error {
 	}
 	if src := s.ClientURIs(c); src.File == "" {
 		errs = append(errs, errors.New("no URI file; set uris.file (the file `sluice seed --uris-out` wrote) or pass --uris"))
-	} else if src.Missing < 0 || src.Missing > 1 {
+	} else if !(src.Missing >= 0 && src.Missing <= 1) { // NaN too
 		errs = append(errs, fmt.Errorf("uris.missing must be a share between 0 and 1, got %v", src.Missing))
 	}
-	if src := s.ClientURIs(c); src.Skew != 0 && (src.Skew <= 1 || src.Skew > MaxSkew) {
+	if src := s.ClientURIs(c); src.Skew != 0 && !(src.Skew > 1 && src.Skew <= MaxSkew) { // NaN too
 		errs = append(errs, fmt.Errorf("uris.skew (the zipf exponent over the URI file) must be 0 (uniform) or above 1 and at most %v, got %v", float64(MaxSkew), src.Skew))
 	}
 	return errs
@@ -263,13 +263,13 @@ func validateRate(c Client) []error {
 	case c.Rate == 0 && len(c.Steps) == 0:
 		return []error{errors.New("no arrival rate; set rate (requests/s) or steps")}
 	case c.Rate != 0:
-		if c.Rate < 0 || c.Rate > MaxRate {
+		if !(c.Rate > 0 && c.Rate <= MaxRate) { // NaN too
 			return []error{fmt.Errorf("rate must be in (0, %d] requests/s, got %v", MaxRate, c.Rate)}
 		}
 	}
 	var errs []error
 	for i, st := range c.Steps {
-		if st.Rate < 0 || st.Rate > MaxRate {
+		if !(st.Rate >= 0 && st.Rate <= MaxRate) { // NaN too
 			errs = append(errs, fmt.Errorf("steps[%d].rate must be in [0, %d] requests/s, got %v", i, MaxRate, st.Rate))
 		}
 		if st.For <= 0 {
@@ -297,7 +297,7 @@ func (b Batch) Validate() error {
 		if b.Min > b.Max {
 			return fmt.Errorf("batch.min %d exceeds batch.max %d", b.Min, b.Max)
 		}
-		if b.Dist == Zipf && b.S <= 1 {
+		if b.Dist == Zipf && !(b.S > 1) { // NaN too
 			return fmt.Errorf("batch.s (the zipf exponent) must be > 1, got %v", b.S)
 		}
 		return nil

@@ -98,6 +98,14 @@ func TestValidateNamesTheProblem(t *testing.T) {
 		}, "takes one URI"},
 		{"no file", func(s *Scenario) { s.URIs.File = "" }, "no URI file"},
 		{"missing share", func(s *Scenario) { s.URIs.Missing = 1.5 }, "between 0 and 1"},
+		{"NaN missing share", func(s *Scenario) { s.URIs.Missing = math.NaN() }, "between 0 and 1"},
+		{"NaN rate", func(s *Scenario) { s.Clients[0].Rate = math.NaN() }, "rate must be in (0, 100000]"},
+		{"NaN step rate", func(s *Scenario) {
+			s.Clients[0].Rate = 0
+			s.Clients[0].Steps = []Step{{Rate: math.NaN(), For: time.Second}}
+		}, "steps[0].rate must be in [0, 100000]"},
+		{"NaN zipf exponent", func(s *Scenario) { s.Clients[0].Batch = Batch{Dist: Zipf, Min: 1, Max: 5, S: math.NaN()} }, "must be > 1"},
+		{"NaN uri skew", func(s *Scenario) { s.URIs.Skew = math.NaN() }, "uris.skew"},
 		{"no duration", func(s *Scenario) { s.Duration = 0 }, "duration must be positive"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
