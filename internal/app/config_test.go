@@ -90,6 +90,8 @@ func TestConfigErrors(t *testing.T) {
 		{name: "zero cache ttl", yaml: "cache:\n  ttl: 0s\n", want: "cache: ttl must be between 1s and 720h, got 0s"},
 		{name: "zero breaker failures", yaml: "cache:\n  breaker_failures: 0\n", want: "cache: breaker_failures must be ≥ 1, got 0"},
 		{name: "journal lag over a minute", yaml: "journal:\n  max_lag: 2m\n", want: "journal: max_lag must be between 40ms and 1m0s, got 2m0s"},
+		{name: "NaN availability", yaml: "slo:\n  availability: .nan\n", want: "slo: availability must be between 0.95 and 0.99999, got NaN"},
+		{name: "NaN trace ratio", yaml: "telemetry:\n  trace_sample_ratio: .nan\n", want: "NaN"},
 		{name: "unknown slo key", yaml: "slo:\n  availabilty: 0.99\n", want: "availabilty"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

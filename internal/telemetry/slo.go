@@ -57,7 +57,7 @@ const (
 func (s SLO) Validate() error {
 	var errs []error
 	check := func(key string, v float64) {
-		if v < minObjective || v > maxObjective {
+		if !(v >= minObjective && v <= maxObjective) { // NaN too
 			errs = append(errs, fmt.Errorf("slo: %s must be between %v and %v, got %v (below %v the fast-burn alert, at 14.4 times the error budget, could never fire)", key, minObjective, maxObjective, v, minObjective))
 		}
 	}

@@ -52,7 +52,7 @@ func DefaultConfig() Config { return Config{TraceSampleRatio: DefaultTraceSample
 
 // Validate checks the sample ratio.
 func (c Config) Validate() error {
-	if c.TraceSampleRatio < 0 || c.TraceSampleRatio > 1 {
+	if !(c.TraceSampleRatio >= 0 && c.TraceSampleRatio <= 1) { // NaN too
 		return fmt.Errorf("telemetry: trace_sample_ratio must be between 0 and 1, got %v", c.TraceSampleRatio)
 	}
 	return nil
