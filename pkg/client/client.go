@@ -396,6 +396,14 @@ func (c *Client) chunk(ctx context.Context, uris []string) ([]*sluicev1.PostReco
 	for attempt := 1; ; attempt++ {
 		sent := time.Now()
 		resp, err := c.send(ctx, uris)
+		if errors.Is(err, errOverLocalBurst) {
+			// The limits changed since the chunk was cut (another chunk
+			// of the call was refused and fetched them again).
+			if size := c.Limits().ChunkSize; len(uris) > size {
+				return c.split(ctx, uris, size)
+			}
+			return nil, err
+		}
 		if err == nil {
 			if len(resp.GetRecords()) != len(uris) {
 				return nil, fmt.Errorf("server answered %d records for %d uris", len(resp.GetRecords()), len(uris))
@@ -462,6 +470,9 @@ func (c *Client) send(ctx context.Context, uris []string) (*sluicev1.GetPostReco
 	return c.rpc.GetPostRecords(c.outgoing(ctx), &sluicev1.GetPostRecordsRequest{Uris: uris})
 }
 
+// errOverLocalBurst reports a chunk larger than the local pace's burst.
+var errOverLocalBurst = errors.New("larger than the budget's burst")
+
 // overBurst reports a ResourceExhausted without RetryInfo: a request
 // larger than the caller's budget could ever admit.
 func overBurst(err error) bool {
@@ -488,7 +499,7 @@ func pastDeadline(ctx context.Context, d time.Duration) bool {
 func (c *Client) waitForBudget(ctx context.Context, n int) error {
 	r := c.pace.ReserveN(time.Now(), n)
 	if !r.OK() {
-		return fmt.Errorf("a chunk of %d items exceeds the burst of %d", n, c.Limits().Burst)
+		return fmt.Errorf("%w: a chunk of %d items exceeds the burst of %d", errOverLocalBurst, n, c.Limits().Burst)
 	}
 	if d := r.Delay(); d > 0 {
 		if pastDeadline(ctx, d) {
