@@ -57,7 +57,7 @@ type distrust struct {
 	on       bool
 	since    time.Time
 	failures int64
-	owed     map[string]time.Time // key → when its tombstone was first missed
+	owed     map[string]time.Time // key → when its tombstone was last missed
 	// A get sent while a key was owed (or the server suspect) may be
 	// answered after the debt is paid with what memcached read before the
 	// tombstone landed (a get and a set on two connections, both queued
@@ -93,13 +93,15 @@ func (d *distrust) failLocked(at time.Time) {
 	}
 }
 
-// owe records a tombstone for key not written at now. Past maxOwedKeys
-// the server becomes suspect as a whole since its earliest owed key, and
-// the replay covers them all.
+// owe records a tombstone for key not written at now. A key owed
+// already keeps the later miss: only a tombstone begun after it pays
+// it, and its entries live for the longest entry lifetime from it. Past
+// maxOwedKeys the server becomes suspect as a whole since its earliest
+// owed key, and the replay covers them all.
 func (d *distrust) owe(key string, now time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if _, ok := d.owed[key]; !ok {
+	if at, ok := d.owed[key]; !ok || now.After(at) {
 		d.owed[key] = now
 	}
 	if len(d.owed) <= maxOwedKeys {
@@ -113,8 +115,8 @@ func (d *distrust) owe(key string, now time.Time) {
 	clear(d.owed)
 }
 
-// paid forgets key's debt if it was first missed before at: a tombstone
-// written at or after that time hides whatever the missed one had to.
+// paid forgets key's debt if it was last missed before at: a tombstone
+// written at or after that time hides whatever the missed ones had to.
 func (d *distrust) paid(key string, at time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -321,8 +323,12 @@ func (c *Cache) RetryTombstones(ctx context.Context) (int, error) {
 }
 
 // DropOn deletes, on the server at addr only, the entries of those uris
-// whose first rendezvous choice it is — on it even while its breaker is
-// open, so a replay never lands on a stand-in; others are skipped. A replay
+// whose first or second rendezvous choice it is — on it even while its
+// breaker is open, so a replay never lands on a stand-in; others are
+// skipped. A server holds a key as its second choice while the first's
+// breaker is open, and a copy left there from one outage would be read
+// at the next, so a replay drops those too (as Invalidate tombstones
+// both). A replay
 // deletes rather than tombstones: the server is distrusted meanwhile, so
 // this process fills nothing on it, and a tombstone would block refills
 // of every replayed key for TombstoneTTL after the server is back. It
@@ -334,7 +340,9 @@ func (c *Cache) DropOn(ctx context.Context, addr string, uris []string) error {
 	}
 	var calls []call
 	for _, u := range uris {
-		if k := Key(u); pick(c.seeds, k) == idx {
+		k := Key(u)
+		first := pick(c.seeds, k)
+		if first == idx || pickLive(c.seeds, k, func(i int) bool { return i != first }) == idx {
 			calls = append(calls, call{srv: c.servers[idx], item: &memcache.Item{Key: k}})
 		}
 	}

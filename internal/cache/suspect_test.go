@@ -144,3 +144,62 @@ func TestDebtPaidDuringAGetHidesItsAnswer(t *testing.T) {
 		t.Errorf("a get sent after Trust: hid %d keys, want 0", n)
 	}
 }
+
+// Tests that a tombstone begun before a later write's tombstone was
+// missed does not pay that later miss, even when the key already owed an
+// earlier one: the later write's stale entry is still hidden, and its
+// debt lives for the longest entry lifetime from the later miss.
+func TestLaterMissIsNotPaidByAnEarlierTombstone(t *testing.T) {
+	d := newDistrust()
+	first := time.Now().Add(-time.Hour)
+	d.owe("k", first)                 // a write's tombstone missed
+	retried := first.Add(time.Minute) // a retried tombstone begins
+	later := retried.Add(time.Minute) // a later write's tombstone is missed
+	d.owe("k", later)                 // the key is still owed
+	d.paid("k", retried)              // the retried tombstone, begun before the later write, lands
+	if d.trusts("k") {
+		t.Fatal("a tombstone begun before a later missed one paid the later debt: the later write's stale entry would be read")
+	}
+	if debts := d.debts(later.Add(-time.Second)); debts["k"].IsZero() {
+		t.Fatalf("the debt expired from the first miss (debts %v), though the later miss is within the entry lifetime", debts)
+	}
+	d.paid("k", later)
+	if !d.trusts("k") {
+		t.Fatal("a tombstone begun after the later miss did not pay the debt")
+	}
+}
+
+// Tests that a journal replay onto a server deletes the copies it holds
+// as a key's stand-in (its second rendezvous choice), not only the keys
+// it owns: a stand-in copy left from an earlier outage of the owner would
+// be read again at its next outage.
+func TestDropOnDeletesStandInCopies(t *testing.T) {
+	standIn := testenv.SharedMemcached(t)
+	owner := "127.0.0.1:1" // never reached: DropOn only talks to the server named
+	cfg := DefaultConfig()
+	cfg.Servers = []string{standIn, owner}
+	cfg.Timeout = time.Second
+	c, err := New(cfg, WithDistrust())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ctx := testContext(t, 4)
+	var uri string
+	for i := 0; ; i++ {
+		uri = fmt.Sprintf("at://did:plc:standin%d/p/%d", time.Now().UnixNano(), i)
+		if pick(c.seeds, Key(uri)) == 1 {
+			break
+		}
+	}
+	raw := memcache.New(standIn)
+	if err := raw.Set(&memcache.Item{Key: Key(uri), Value: []byte("stale"), Flags: flagValue}); err != nil {
+		t.Fatalf("put a stand-in copy: %v", err)
+	}
+	if err := c.DropOn(ctx, standIn, []string{uri}); err != nil {
+		t.Fatalf("DropOn: %v", err)
+	}
+	if it, err := raw.Get(Key(uri)); err == nil {
+		t.Fatalf("after a replay onto the stand-in, it still holds %q for a key it stands in for", it.Value)
+	}
+}

@@ -249,13 +249,15 @@ func (s *Server) Register(desc *grpc.ServiceDesc, impl any) error {
 	if len(missing) > 0 {
 		return fmt.Errorf("guard: refusing to serve %s: no policy for %s; add it under methods: in the config", desc.ServiceName, strings.Join(missing, ", "))
 	}
-	for full, m := range registered {
-		s.methods[full] = m
-	}
 	s.mu.Lock()
 	if s.grpc != nil {
 		s.mu.Unlock()
+		// Checked before the method table changes: requests read it
+		// without a lock once the server serves.
 		return fmt.Errorf("guard: cannot register %s: the server is already serving", desc.ServiceName)
+	}
+	for full, m := range registered {
+		s.methods[full] = m
 	}
 	s.registered = append(s.registered, registration{desc: s.countingFirst(desc, registered), impl: impl})
 	s.mu.Unlock()

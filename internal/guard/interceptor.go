@@ -176,7 +176,7 @@ func (s *Server) admitRequest(ctx context.Context, fullMethod, client string, co
 	if refusal != nil {
 		return admittedRequest{}, ReasonQuota, overBudget(name, refusal, max(refusal.RetryAfter, expected, minRetryDelay))
 	}
-	if err := s.acquireRequestSlot(ctx); err != nil {
+	if err := s.acquireRequestSlot(ctx, fullMethod, cost); err != nil {
 		spent.Release()
 		return admittedRequest{}, ReasonOverload, overloaded(name, fmt.Sprintf("all %d request slots stayed busy", s.cfg.MaxInflightRequests), s.cfg.QueueInterval)
 	}
@@ -198,16 +198,38 @@ func (a admittedRequest) release() {
 	a.spent.Release()
 }
 
-// acquireRequestSlot takes one of the process-wide request slots, waiting
-// for one until the admission deadline (admissionContext) only when none
-// is free.
-func (s *Server) acquireRequestSlot(ctx context.Context) error {
+// acquireRequestSlot takes one of the process-wide request slots for a
+// request of cost items, waiting for one only when none is free, and no
+// later than it could wait for items (latestStart).
+func (s *Server) acquireRequestSlot(ctx context.Context, fullMethod string, cost int64) error {
 	if s.requests.TryAcquire(1) {
 		return nil
 	}
-	ctx, cancel := admissionContext(ctx)
+	var cancel context.CancelFunc
+	if startBy := s.latestStart(ctx, fullMethod, cost); startBy.IsZero() {
+		ctx, cancel = context.WithCancel(ctx)
+	} else {
+		ctx, cancel = context.WithDeadline(ctx, startBy)
+	}
 	defer cancel()
 	return s.requests.Acquire(ctx, 1)
+}
+
+// latestStart is the latest time a request of fullMethod, left items of
+// which are still to be served, may wait until: the admission deadline
+// (admissionDeadline), and never later than its deadline minus the start
+// margin of left items, so that one that starts has room to finish.
+// Zero without a deadline.
+func (s *Server) latestStart(ctx context.Context, fullMethod string, left int64) time.Time {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return time.Time{}
+	}
+	startBy := deadline.Add(-s.service.startMargin(fullMethod, left))
+	if waitUntil := admissionDeadline(deadline); waitUntil.Before(startBy) {
+		startBy = waitUntil
+	}
+	return startBy
 }
 
 // admitItems waits in the fair queue for cost items of the process-wide
@@ -217,13 +239,7 @@ func (s *Server) acquireRequestSlot(ctx context.Context) error {
 // (queue.Request.Continues).
 func (s *Server) admitItems(ctx context.Context, fullMethod, client string, cost, left int64, batch, continues bool) (admittedItems, string, error) {
 	name := shortName(fullMethod)
-	var startBy time.Time // zero: no deadline, so no latest start
-	if deadline, ok := ctx.Deadline(); ok {
-		startBy = deadline.Add(-s.service.startMargin(fullMethod, left))
-		if waitUntil := admissionDeadline(deadline); waitUntil.Before(startBy) {
-			startBy = waitUntil
-		}
-	}
+	startBy := s.latestStart(ctx, fullMethod, left) // zero: no deadline, so no latest start
 	flow, weight := s.unlisted.flowOf(s.budgets.Config(), client, time.Now())
 	grant, err := s.items.Take(ctx, queue.Request{Cost: cost, Batch: batch, StartBy: startBy, Flow: flow, Weight: weight, Continues: continues})
 	if err != nil {
@@ -251,21 +267,12 @@ func (a admittedItems) release() {
 	a.grant.Release()
 }
 
-// admissionContext ends the wait for capacity a little before ctx's
-// deadline: a fifth of the time left, at most 100ms. The caller's deadline
-// starts before the server's, so a guard that waited to the very end would
-// always lose the race and the caller would see DeadlineExceeded, never
-// the Unavailable that says the server is at capacity.
-func admissionContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	deadline, ok := ctx.Deadline()
-	if !ok {
-		return context.WithCancel(ctx)
-	}
-	return context.WithDeadline(ctx, admissionDeadline(deadline))
-}
-
 // admissionDeadline is when the wait for capacity ends for a request
-// whose deadline is deadline (see admissionContext).
+// whose deadline is deadline: a little before it, a fifth of the time
+// left, at most 100ms. The caller's deadline starts before the server's,
+// so a guard that waited to the very end would always lose the race and
+// the caller would see DeadlineExceeded, never the Unavailable that says
+// the server is at capacity.
 func admissionDeadline(deadline time.Time) time.Time {
 	margin := min(time.Until(deadline)/5, 100*time.Millisecond)
 	return deadline.Add(-margin)

@@ -20,7 +20,7 @@
 //   - above Tolerance, work may be queueing inside the process, so the
 //     limit is multiplied by Tolerance/ratio (at least by 1/2). But when
 //     the limit did not bind in that interval (the most items in flight
-//     stayed under half of it), the latency did not come from the depth
+//     stayed under three quarters of it), the latency did not come from the depth
 //     the limit allows, and lowering it further would not shorten it:
 //     the limit then falls no lower than twice the depth seen, keeping
 //     headroom, rather than to Min;

@@ -310,12 +310,24 @@ func (q *Queue) enter(r Request) (*waiter, error) {
 	if r.Batch && !r.Continues && len(q.waiters) > 0 {
 		return nil, q.refuse(fmt.Errorf("%w: batch work is not queued while %d requests wait", ErrShed, len(q.waiters)))
 	}
+	if q.arrivalWait(r, now) <= 0 {
+		// Refused before anyone is shed in its place: a waiter dropped
+		// to make room for a request that cannot wait either is lost.
+		return nil, q.refuse(fmt.Errorf("%w: no capacity for %d items and no time left to wait", ErrShed, r.Cost))
+	}
 	if len(q.waiters) >= q.cfg.MaxWaiters {
-		v := q.victim(q.fair.flows[r.Flow], q.fair.lead(q.fair.flows[r.Flow], r.Cost, r.Weight, now), now)
+		v := q.batchVictim(r)
+		if v == nil {
+			v = q.victim(q.fair.flows[r.Flow], q.fair.lead(q.fair.flows[r.Flow], r.Cost, r.Weight, now), now)
+		}
 		if v == nil {
 			return nil, q.refuse(fmt.Errorf("%w: %d requests already wait for capacity", ErrShed, len(q.waiters)))
 		}
-		q.drop(v, fmt.Errorf("%w: the queue was full and a caller under its fair share arrived; this request waited %v", ErrShed, now.Sub(v.enqueued)))
+		why := "a caller under its fair share arrived"
+		if v.req.Batch && !r.Batch {
+			why = "interactive work arrived, which goes before batch work"
+		}
+		q.drop(v, fmt.Errorf("%w: the queue was full and %s; this request waited %v", ErrShed, why, now.Sub(v.enqueued)))
 	}
 	fl := q.fair.join(r.Flow, r.Weight, now)
 	wait := q.cfg.MaxWait(now, q.flowSince(fl), r.StartBy)
@@ -334,6 +346,23 @@ func (q *Queue) enter(r Request) (*waiter, error) {
 	q.waiters = append(q.waiters, w)
 	w.stop = q.clock.AfterFunc(wait, func() { q.expire(w) })
 	return w, nil
+}
+
+// arrivalWait is how long r, arriving at now, may wait as the queue
+// stands before it joins: the wait enter gives it, or less (shedding a
+// waiter to make room can only make its flow's queue younger).
+func (q *Queue) arrivalWait(r Request, now time.Time) time.Duration {
+	if r.Continues {
+		return q.cfg.continuingWait(now, r.StartBy)
+	}
+	since := now
+	if fl := q.fair.flows[r.Flow]; fl != nil && fl.waiting > 0 {
+		since = fl.since
+	}
+	if since.Before(q.lastEmpty) {
+		since = q.lastEmpty
+	}
+	return q.cfg.MaxWait(now, since, r.StartBy)
 }
 
 // light reports whether r may go past the waiters (with none, it is
@@ -423,6 +452,22 @@ func (q *Queue) victim(fl *flow, lead float64, now time.Time) *waiter {
 	}
 	for _, w := range q.waiters {
 		if w.flow == worst && !w.req.Continues {
+			return w
+		}
+	}
+	return nil
+}
+
+// batchVictim returns, for an interactive r arriving at a full queue,
+// the oldest batch waiter that is not a Continues one: batch work is
+// shed before interactive work, whatever the flows' shares. nil for a
+// batch r or when there is none.
+func (q *Queue) batchVictim(r Request) *waiter {
+	if r.Batch {
+		return nil
+	}
+	for _, w := range q.waiters {
+		if w.req.Batch && !w.req.Continues {
 			return w
 		}
 	}

@@ -1,0 +1,67 @@
+package queue
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+// Tests that an arrival at a full queue with no time left to wait is
+// refused without shedding a waiter in its place: the waiter would be
+// dropped for a request that is not queued either.
+func TestFullQueueArrivalWithoutTimeShedsNobody(t *testing.T) {
+	h := newHarness(t, 10, 2)
+	hold := h.acquireNow(Request{Cost: 10, Flow: "heavy"})
+	out := make(chan result, 4)
+	h.wait(h.ctx, 1, Request{Cost: 10, Flow: "heavy"}, out)
+	h.wait(h.ctx, 2, Request{Cost: 10, Flow: "heavy"}, out)
+	if _, err := h.q.Acquire(h.ctx, Request{Cost: 1, Flow: "light", StartBy: h.clock.Now()}); !errors.Is(err, ErrShed) {
+		t.Fatalf("light arrival with no time left: %v, want ErrShed", err)
+	}
+	if s := h.q.Stats(); s.Waiting != 2 || s.Shed != 1 {
+		t.Errorf("stats %+v, want both heavy waiters still waiting and one shed (the arrival)", s)
+	}
+	hold()
+	r := recv(t, out)
+	if r.err != nil {
+		t.Fatalf("waiter %d after the release: %v, want granted", r.id, r.err)
+	}
+	r.release()
+	for h.q.Stats().Waiting > 0 || h.q.Stats().InUse > 0 {
+		h.clock.Advance(10 * time.Millisecond)
+		select {
+		case r := <-out:
+			if r.err == nil {
+				r.release()
+			}
+		default:
+		}
+	}
+}
+
+// Tests that an interactive arrival at a full queue sheds a batch waiter
+// in its place rather than being shed while the batch work waits, even
+// when the batch waiter's flow is under its share.
+func TestFullQueueShedsBatchBeforeInteractive(t *testing.T) {
+	h := newHarness(t, 10, 1)
+	hold := h.acquireNow(Request{Cost: 10, Flow: "heavy"})
+	out := make(chan result, 2)
+	h.wait(h.ctx, 1, Request{Cost: 5, Flow: "bulk", Batch: true}, out)
+	go func() {
+		release, err := h.q.Acquire(h.ctx, Request{Cost: 1, Flow: "light"})
+		out <- result{2, release, err}
+	}()
+	if r := recv(t, out); r.id != 1 || !errors.Is(r.err, ErrShed) {
+		if r.release != nil {
+			r.release()
+		}
+		t.Fatalf("got request %d (%v) when an interactive request met a queue full of batch work, want the batch waiter shed", r.id, r.err)
+	}
+	h.until(func(s Stats) bool { return s.Waiting == 1 })
+	hold()
+	r := recv(t, out)
+	if r.id != 2 || r.err != nil {
+		t.Fatalf("after the release: request %d (%v), want the interactive one granted", r.id, r.err)
+	}
+	r.release()
+}
