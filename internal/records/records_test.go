@@ -37,7 +37,7 @@ type fixture struct {
 	store    store.Store
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	bolt, err := boltstore.Open(filepath.Join(t.TempDir(), "s.db"), boltstore.Options{})
 	if err != nil {
@@ -48,7 +48,7 @@ func newFixture(t *testing.T) *fixture {
 }
 
 // newFixtureOn is newFixture over st.
-func newFixtureOn(t *testing.T, st store.Store) *fixture {
+func newFixtureOn(t testing.TB, st store.Store) *fixture {
 	t.Helper()
 	cfg := cache.DefaultConfig()
 	cfg.Servers = []string{testenv.StartMemcached(t).Addr()}
@@ -70,7 +70,7 @@ func newFixtureOn(t *testing.T, st store.Store) *fixture {
 	return f
 }
 
-func testCtx(t *testing.T) context.Context {
+func testCtx(t testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)
 	return fanout.WithLimit(ctx, 8)
