@@ -315,6 +315,7 @@ func (q *Queue) enter(r Request) (*waiter, error) {
 		// to make room for a request that cannot wait either is lost.
 		return nil, q.refuse(fmt.Errorf("%w: no capacity for %d items and no time left to wait", ErrShed, r.Cost))
 	}
+	shed := false
 	if len(q.waiters) >= q.cfg.MaxWaiters {
 		v := q.batchVictim(r)
 		if v == nil {
@@ -328,6 +329,7 @@ func (q *Queue) enter(r Request) (*waiter, error) {
 			why = "interactive work arrived, which goes before batch work"
 		}
 		q.drop(v, fmt.Errorf("%w: the queue was full and %s; this request waited %v", ErrShed, why, now.Sub(v.enqueued)))
+		shed = true
 	}
 	fl := q.fair.join(r.Flow, r.Weight, now)
 	wait := q.cfg.MaxWait(now, q.flowSince(fl), r.StartBy)
@@ -345,6 +347,11 @@ func (q *Queue) enter(r Request) (*waiter, error) {
 	}
 	q.waiters = append(q.waiters, w)
 	w.stop = q.clock.AfterFunc(wait, func() { q.expire(w) })
+	if shed {
+		// The waiter shed may have been the one at the head that did
+		// not fit, holding back those behind it (this arrival too).
+		q.grant()
+	}
 	return w, nil
 }
 

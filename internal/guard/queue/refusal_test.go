@@ -65,3 +65,35 @@ func TestFullQueueShedsBatchBeforeInteractive(t *testing.T) {
 	}
 	r.release()
 }
+
+// Tests that shedding a waiter to make room grants what then fits: the
+// waiter shed was the head that did not fit, and the arrival that took
+// its place fits, so it is admitted at once instead of waiting for the
+// next release.
+func TestShedHeadLetsWhatFitsThrough(t *testing.T) {
+	h := newHarness(t, 10, 1)
+	hold := h.acquireNow(Request{Cost: 8, Flow: "x"})
+	defer hold()
+	out := make(chan result, 2)
+	h.wait(h.ctx, 1, Request{Cost: 5, Flow: "bulk", Batch: true}, out) // does not fit
+	go func() {
+		release, err := h.q.Acquire(h.ctx, Request{Cost: 1, Flow: "x"}) // fits; x is over its share, so it does not pass
+		out <- result{2, release, err}
+	}()
+	got := map[int]result{}
+	for len(got) < 2 {
+		select {
+		case r := <-out:
+			got[r.id] = r
+		case <-time.After(10 * time.Second):
+			t.Fatalf("results %v: the arrival that fits still waits after the head that did not fit was shed", got)
+		}
+	}
+	if !errors.Is(got[1].err, ErrShed) {
+		t.Errorf("batch waiter: %v, want shed", got[1].err)
+	}
+	if got[2].err != nil {
+		t.Fatalf("the arrival that fits: %v, want admitted", got[2].err)
+	}
+	got[2].release()
+}
