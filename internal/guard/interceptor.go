@@ -141,7 +141,7 @@ func (s *Server) admit(ctx context.Context, fullMethod, client string, cost int6
 	}
 	items, reason, err := s.admitItems(ctx, fullMethod, client, cost, cost, batch, false)
 	if err != nil {
-		request.release()
+		request.refund()
 		return admission{}, reason, err
 	}
 	return admission{request: request, items: items}, "", nil
@@ -177,7 +177,7 @@ func (s *Server) admitRequest(ctx context.Context, fullMethod, client string, co
 		return admittedRequest{}, ReasonQuota, overBudget(name, refusal, max(refusal.RetryAfter, expected, minRetryDelay))
 	}
 	if err := s.acquireRequestSlot(ctx, fullMethod, cost); err != nil {
-		spent.Release()
+		spent.Refund()
 		return admittedRequest{}, ReasonOverload, overloaded(name, fmt.Sprintf("all %d request slots stayed busy", s.cfg.MaxInflightRequests), s.cfg.QueueInterval)
 	}
 	return admittedRequest{s: s, spent: spent}, "", nil
@@ -196,6 +196,13 @@ type admittedRequest struct {
 func (a admittedRequest) release() {
 	a.s.requests.Release(1)
 	a.spent.Release()
+}
+
+// refund is release for a request shed before any work: its items go
+// back to the client's budget too (budget.Spent.Refund).
+func (a admittedRequest) refund() {
+	a.s.requests.Release(1)
+	a.spent.Refund()
 }
 
 // acquireRequestSlot takes one of the process-wide request slots for a

@@ -56,14 +56,16 @@ func (s *Server) servePieces(ctx context.Context, r Request, m *method, req prot
 		s.observer.Rejected(ctx, r, reason)
 		return nil, err
 	}
-	defer admitted.release()
 	resp, served, reason, err := s.pieces(ctx, r, m, req, batch, handler)
 	if !served {
 		// No piece reached the handler: refused before any work, if only
-		// because the deadline ended before the first piece could wait.
+		// because the deadline ended before the first piece could wait;
+		// the caller is not charged for it.
+		admitted.refund()
 		s.observer.Rejected(ctx, r, cmp.Or(reason, ReasonDeadline))
 		return nil, err
 	}
+	defer admitted.release()
 	out, err := s.holdResponse(ctx, r.Method, r.Client, resp, deadlineToStatus(ctx, err))
 	s.observer.Finished(ctx, r, status.Code(err), time.Since(start))
 	return out, err

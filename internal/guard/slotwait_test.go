@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/guard/budget"
 	"github.com/sluice-dev/sluice/internal/guard/membudget"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -62,4 +63,32 @@ func TestRequestSlotWaitLeavesRoomToFinish(t *testing.T) {
 	if !retry {
 		t.Errorf("shed without RetryInfo: %v", err)
 	}
+}
+
+// Tests that a request shed before any work (here: no request slot
+// within its wait) leaves its caller's budget as it was: its items go
+// back to the caller's rate, so the retry its RetryInfo asks for is not
+// paid for twice.
+func TestShedRequestIsNotCharged(t *testing.T) {
+	cfg := memoryConfig(512 * membudget.MiB)
+	cfg.MaxInflightRequests = 1
+	cfg.Admission.Clients = map[string]budget.Budget{"feed": {ItemsPerSecond: 1, Burst: 100, MaxInflightItems: 100}}
+	s := newMemoryServer(t, cfg)
+	if !s.requests.TryAcquire(1) {
+		t.Fatal("the one request slot is taken")
+	}
+	defer s.requests.Release(1)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if admitted, _, err := s.admit(ctx, getPostRecords, "feed", 100, false); status.Code(err) != codes.Unavailable {
+		if err == nil {
+			admitted.release()
+		}
+		t.Fatalf("admit with every request slot held: %v, want Unavailable", err)
+	}
+	spent, refusal := s.budgets.Spend("feed", 100, time.Now())
+	if refusal != nil {
+		t.Fatalf("the caller's whole burst after a shed: %v, want it still there", refusal)
+	}
+	spent.Release()
 }

@@ -257,7 +257,7 @@ func (b *Budgets) Spend(name string, cost int64, now time.Time) (Spent, *Refusal
 		return Spent{}, refuse(OverRate, d)
 	}
 	c.inflight += cost
-	return Spent{b: b, c: c, cost: cost}, nil
+	return Spent{b: b, c: c, cost: cost, r: *r, at: now}, nil
 }
 
 // Spent is a charge Spend admitted: cost items in flight for a client
@@ -267,6 +267,8 @@ type Spent struct {
 	b    *Budgets
 	c    *client
 	cost int64
+	r    rate.Reservation // the items taken from the client's rate (a copy: no allocation)
+	at   time.Time        // when they were taken
 }
 
 // Release takes the charge's items out of flight. It must be called
@@ -277,6 +279,23 @@ func (s Spent) Release() {
 	}
 	s.b.mu.Lock()
 	s.c.inflight -= s.cost
+	s.b.mu.Unlock()
+}
+
+// Refund is Release for a request shed before any work: it also gives
+// the charge's items back to the client's rate (less what reservations
+// made since took), so that a caller is charged only for work done and a
+// shed retried after its RetryInfo is not paid for twice. It must be
+// called exactly once, instead of Release.
+func (s Spent) Refund() {
+	if s.b == nil {
+		return
+	}
+	s.b.mu.Lock()
+	s.c.inflight -= s.cost
+	// Cancelled as of when it was made: a reservation already acted on
+	// gives nothing back when cancelled later.
+	s.r.CancelAt(s.at)
 	s.b.mu.Unlock()
 }
 

@@ -265,3 +265,25 @@ func (b *Budgets) Charge(name string, cost int64, now time.Time) (release func()
 	var once sync.Once
 	return func() { once.Do(spent.Release) }, nil
 }
+
+// Tests that a refunded charge (a request shed before any work) gives
+// its items back to the client's rate and its in-flight count, while a
+// released one (work done) keeps them spent.
+func TestRefundGivesTheItemsBack(t *testing.T) {
+	b := mustNew(t, testConfig())
+	spent, ref := b.Spend("bulk", 150, t0)
+	if ref != nil {
+		t.Fatal(ref)
+	}
+	spent.Refund()
+	if _, ref := b.Spend("bulk", 150, t0); ref != nil {
+		t.Fatalf("the same 150 items again after a refund: %v, want admitted (burst 200, nothing done)", ref)
+	}
+	// That charge is released: the work was done, the items stay spent.
+	b2 := mustNew(t, testConfig())
+	done, _ := b2.Spend("bulk", 150, t0)
+	done.Release()
+	if _, ref := b2.Spend("bulk", 150, t0); ref == nil || ref.Reason != OverRate {
+		t.Fatalf("150 items again after work was done: %+v, want a rate refusal", ref)
+	}
+}
