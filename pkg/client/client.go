@@ -42,6 +42,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	_ "google.golang.org/grpc/health" // client-side health checking for DialReplicas
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
@@ -189,10 +190,13 @@ const replicasScheme = "sluice-replicas"
 
 // DialReplicas connects to several sluice replicas (host:port each) as one
 // client: calls go round robin over the replicas that are ready (gRPC's
-// round_robin balancer over a fixed address list), a replica that drains
-// or goes away is left out until it is back, and a call refused with
-// Unavailable — a draining replica's answer — is retried under the retry
-// budget, usually on another replica. Close releases every connection.
+// round_robin balancer over a fixed address list, with client-side health
+// checking: a replica is ready while its gRPC health service reports
+// SERVING), a replica that drains (it reports NOT_SERVING first), is not
+// yet caught up or goes away is left out until it is back, and a call
+// refused with Unavailable — a draining replica's answer — is retried
+// under the retry budget, usually on another replica. Close releases
+// every connection.
 func DialReplicas(ctx context.Context, addrs []string, name string, opts ...Option) (*Client, error) {
 	if len(addrs) == 0 {
 		return nil, errors.New("client: DialReplicas needs at least one replica address")
@@ -204,7 +208,7 @@ func DialReplicas(ctx context.Context, addrs []string, name string, opts ...Opti
 	}
 	r.InitialState(state)
 	extra := []grpc.DialOption{grpc.WithResolvers(r),
-		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig": [{"round_robin": {}}]}`)}
+		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig": [{"round_robin": {}}], "healthCheckConfig": {"serviceName": ""}}`)}
 	return dial(ctx, replicasScheme+":///sluice", name, extra, opts)
 }
 
