@@ -6,8 +6,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/guard"
+	"github.com/sluice-dev/sluice/internal/guard/fanout"
 	"github.com/sluice-dev/sluice/internal/socialgraph"
 	"github.com/sluice-dev/sluice/internal/store"
+	"github.com/sluice-dev/sluice/internal/store/cqlstore"
+	"github.com/sluice-dev/sluice/internal/store/cqlstore/cqltest"
 )
 
 // BenchmarkWriteBatch measures one PutRecords batch of 1,000 records and
@@ -16,10 +20,29 @@ import (
 // (each reads the gates of its post and of its root). It reports the
 // milliseconds each batch took.
 func BenchmarkWriteBatch(b *testing.B) {
+	benchmarkWriteBatch(b, func(b *testing.B) *fixture { return newFixture(b) })
+}
+
+// BenchmarkWriteBatchCQL is BenchmarkWriteBatch over the CQL store, on
+// the Cassandra the tests use (CASSANDRA_ADDR), with the fan-out limit
+// of the method's default policy.
+func BenchmarkWriteBatchCQL(b *testing.B) {
+	benchmarkWriteBatch(b, func(b *testing.B) *fixture {
+		cfg := cqltest.Keyspace(b, "sluice_bench_records")
+		st, err := cqlstore.Open(testCtx(b), cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { st.Close() })
+		return newFixtureOn(b, st)
+	})
+}
+
+func benchmarkWriteBatch(b *testing.B, newFixture func(*testing.B) *fixture) {
 	for _, kind := range []string{"follows", "replies"} {
 		b.Run(kind, func(b *testing.B) {
 			f := newFixture(b)
-			ctx := testCtx(b)
+			ctx := fanout.WithLimit(testCtx(b), guard.DefaultPolicy().Concurrency)
 			var put, del time.Duration
 			for i := range b.N {
 				recs := writeBatch(kind, i)
