@@ -417,21 +417,7 @@ func (s *Service) slotIndex(uri string) uint64 { return maphash.String(s.seed, u
 // write of whole records; the function it returns counts the write and
 // lets them go, once the store has answered and before the write is.
 func (s *Service) shareSlots(uris []string) (wrote func()) {
-	at := make([]uint64, len(uris))
-	for i, u := range uris {
-		at[i] = s.slotIndex(u)
-	}
-	slices.Sort(at)
-	at = slices.Compact(at)
-	for _, i := range at {
-		s.slots[i].lock.RLock()
-	}
-	return func() {
-		for _, i := range at {
-			s.slots[i].writes.Add(1)
-			s.slots[i].lock.RUnlock()
-		}
-	}
+	return s.takeSlots(uris, (*sync.RWMutex).RLock, (*sync.RWMutex).RUnlock)
 }
 
 // ownSlots takes the slots of uris alone, in slot order (as shareSlots
@@ -439,6 +425,12 @@ func (s *Service) shareSlots(uris []string) (wrote func()) {
 // read-modify-write of many records; the function it returns counts the
 // write and lets them go.
 func (s *Service) ownSlots(uris []string) (wrote func()) {
+	return s.takeSlots(uris, (*sync.RWMutex).Lock, (*sync.RWMutex).Unlock)
+}
+
+// takeSlots locks the distinct slots of uris in slot order with lock; the
+// function it returns counts a write on each and unlocks it.
+func (s *Service) takeSlots(uris []string, lock, unlock func(*sync.RWMutex)) (wrote func()) {
 	at := make([]uint64, len(uris))
 	for i, u := range uris {
 		at[i] = s.slotIndex(u)
@@ -446,12 +438,12 @@ func (s *Service) ownSlots(uris []string) (wrote func()) {
 	slices.Sort(at)
 	at = slices.Compact(at)
 	for _, i := range at {
-		s.slots[i].lock.Lock()
+		lock(&s.slots[i].lock)
 	}
 	return func() {
 		for _, i := range at {
 			s.slots[i].writes.Add(1)
-			s.slots[i].lock.Unlock()
+			unlock(&s.slots[i].lock)
 		}
 	}
 }
