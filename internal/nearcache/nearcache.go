@@ -119,7 +119,21 @@ type Cache struct {
 	// goes up before an entry is stored and down when mem deletes one,
 	// so it is never below the entries held (only above, briefly).
 	held [heldSlots]atomic.Int32
+	// bytes is the weight of the entries stored or being stored: reserved
+	// before an entry is stored, given back when mem deletes it. otter
+	// enforces its own cap only when its maintenance runs, which a writer
+	// skips while another holds the lock; so many writers at once could
+	// hold several times the cap for a moment. The reservation keeps
+	// every moment under it; otter evicts down to all but a
+	// 1/storingShare of the cap, which leaves that share for entries
+	// being stored between its maintenance runs.
+	bytes    atomic.Int64
+	maxBytes int64
 }
+
+// storingShare: a 1/storingShare of the byte cap is kept for entries
+// being stored, the rest for entries held after maintenance.
+const storingShare = 8
 
 // heldSlots is the number of hash slots Cache.held counts entries in.
 const heldSlots = 1 << 16
@@ -141,7 +155,7 @@ func New(cfg Config, shared Shared, opts ...Option) (*Cache, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	c := &Cache{shared: shared, ttl: cfg.TTL, seed: maphash.MakeSeed()}
+	c := &Cache{shared: shared, ttl: cfg.TTL, seed: maphash.MakeSeed(), maxBytes: cfg.MaxBytes}
 	for _, opt := range opts {
 		opt(c)
 	}
@@ -150,12 +164,13 @@ func New(cfg Config, shared Shared, opts ...Option) (*Cache, error) {
 	}
 	c.counts = stats.NewCounter()
 	mem, err := otter.New(&otter.Options[uint64, held]{
-		MaximumWeight:    uint64(cfg.MaxBytes),
+		MaximumWeight:    uint64(cfg.MaxBytes - cfg.MaxBytes/storingShare),
 		Weigher:          weigh,
 		ExpiryCalculator: otter.ExpiryWriting[uint64, held](cfg.TTL),
 		StatsRecorder:    c.counts,
 		OnAtomicDeletion: func(e otter.DeletionEvent[uint64, held]) {
 			c.held[e.Key%heldSlots].Add(-1)
+			c.bytes.Add(-int64(weigh(e.Key, e.Value)))
 			if e.Cause == otter.CauseOverflow {
 				c.overflows.Add(1)
 			}
@@ -320,7 +335,7 @@ type miss struct {
 // counter moved, or that Invalidate's delete comes after this store.
 func (c *Cache) keep(h held, m miss) {
 	g := c.gen(m.hash)
-	if g.Load() != m.before {
+	if g.Load() != m.before || !c.reserve(int64(weigh(m.hash, h))) {
 		return
 	}
 	c.held[m.hash%heldSlots].Add(1) // before the store, so a reader never skips a held entry
@@ -328,6 +343,24 @@ func (c *Cache) keep(h held, m miss) {
 	if g.Load() != m.before {
 		c.mem.Invalidate(m.hash)
 	}
+}
+
+// reserve takes w bytes of the cap for an entry about to be stored, and
+// reports whether they were there. When they were not, it runs the
+// maintenance other writers left pending (the evictions that make room)
+// and tries once more; an entry that still does not fit is not kept,
+// which costs only a later shared-cache read.
+func (c *Cache) reserve(w int64) bool {
+	if c.bytes.Add(w) <= c.maxBytes {
+		return true
+	}
+	c.bytes.Add(-w)
+	c.mem.CleanUp()
+	if c.bytes.Add(w) <= c.maxBytes {
+		return true
+	}
+	c.bytes.Add(-w)
+	return false
 }
 
 // Fill refills the shared cache; the near cache keeps only what it reads
@@ -391,7 +424,7 @@ type Stats struct {
 	Misses    uint64
 	Evictions uint64 // entries dropped to stay under the byte cap
 	Expired   uint64 // entries dropped at the end of their TTL
-	Bytes     uint64 // weighed bytes held now
+	Bytes     uint64 // weighed bytes held now, with those being stored
 	MaxBytes  uint64
 }
 
@@ -407,8 +440,8 @@ func (c *Cache) Stats() Stats {
 		Misses:    s.Misses,
 		Evictions: c.overflows.Load(),
 		Expired:   s.Evictions - min(s.Evictions, c.overflows.Load()),
-		Bytes:     c.mem.WeightedSize(),
-		MaxBytes:  c.mem.GetMaximum(),
+		Bytes:     uint64(c.bytes.Load()),
+		MaxBytes:  uint64(c.maxBytes),
 	}
 }
 

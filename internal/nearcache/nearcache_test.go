@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -452,5 +453,57 @@ func TestCheckedEntriesOnly(t *testing.T) {
 	}
 	if viaShared := sharedHits(shared) - before; viaShared != reads {
 		t.Errorf("refused entry: %d of %d reads reached the shared cache, want every one", viaShared, reads)
+	}
+}
+
+// answering is a shared cache that answers every URI at once with a
+// value of its own size, so that many readers keep entries in memory at
+// the same moment: memcached would answer them too, only slower than the
+// cap's bookkeeping needs to be raced.
+type answering struct{ size func(uri string) int }
+
+func (a answering) Lookup(_ context.Context, uris []string, into []cache.Answer) int {
+	for i, uri := range uris {
+		into[i] = cache.Answer{Entry: cache.Entry{Value: bytes.Repeat([]byte{'x'}, a.size(uri))}, Hit: true}
+	}
+	return len(uris)
+}
+
+func (a answering) Get(_ context.Context, uri string) (cache.Entry, bool) {
+	return cache.Entry{Value: bytes.Repeat([]byte{'x'}, a.size(uri))}, true
+}
+
+func (answering) Fill(context.Context, map[string]cache.Entry) {}
+func (answering) Invalidate(context.Context, []string) error   { return nil }
+
+// Tests that the cap holds while many readers keep entries at once, not
+// only after each reader's own store: rounds of readers keep entries
+// together, and after each round the bytes held are counted from the
+// entries themselves (counting while they run would not be a snapshot).
+func TestBytesStayUnderTheCapUnderConcurrentReads(t *testing.T) {
+	const maxBytes = 1 << 20
+	near := newNear(t, Config{TTL: MaxTTL, MaxBytes: maxBytes}, answering{size: func(string) int { return 8 << 10 }})
+	ctx := testContext(t)
+	const readers, rounds, batch = 8, 100, 10 // 8 × 100 × 10 × 8 KiB: 60 times the cap
+	uris := uniqueURIs(t, readers*rounds*batch)
+	most := 0
+	for round := range rounds {
+		var wg sync.WaitGroup
+		for r := range readers {
+			keys := uris[(round*readers+r)*batch:][:batch]
+			wg.Go(func() {
+				getMulti(near, ctx, keys) // the doorkeeper notes them
+				getMulti(near, ctx, keys) // and lets them in
+			})
+		}
+		wg.Wait()
+		held := heldBytes(near)
+		if held > maxBytes {
+			t.Fatalf("round %d: %d bytes held, over the %d cap", round, held, maxBytes)
+		}
+		most = max(most, held)
+	}
+	if st := near.Stats(); st.Evictions == 0 || most < maxBytes/2 || st.Bytes > st.MaxBytes {
+		t.Fatalf("the cap was never reached, or the stats are over it (stats %+v, most held %d): the test proves nothing", st, most)
 	}
 }
