@@ -197,7 +197,7 @@ func readAnswers(r *bufio.Reader, items int) (refused, err error) {
 		}
 	}
 	if failed > 0 {
-		return fmt.Errorf("memcached did not store %d of %d refilled items: %s", failed, items, first), nil
+		return fmt.Errorf("%w: %d of %d refilled items: %s", errItemRefused, failed, items, first), nil
 	}
 	return nil, nil
 }

@@ -136,3 +136,33 @@ func TestRefillOutlivesItsCallersDeadline(t *testing.T) {
 		t.Errorf("the refill stored %d of %d items", len(got), len(uris))
 	}
 }
+
+// Tests that items memcached refuses to store (larger than its item size
+// limit) leave the server's breaker closed, however many refills carry
+// them, both through the refill pipeline and one add per call: memcached
+// answered each of them, so it is up, and reads must still reach it.
+// They are still counted as errors.
+func TestRefusedItemsDoNotOpenTheBreaker(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		conns int
+	}{{"pipelined", 64}, {"one by one", 15}} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCache(t, []string{testenv.SharedMemcached(t)}, func(cfg *Config) { cfg.MaxConnsPerServer = tc.conns })
+			ctx := testContext(t, 1)
+			refills := int(DefaultConfig().BreakerFailures) * 2
+			for _, uri := range uniqueURIs(t, refills) {
+				c.Fill(ctx, map[string]Entry{uri: {Value: make([]byte, 2<<20)}}) // memcached's default item limit is 1 MiB
+			}
+			st := c.Stats()[0]
+			if st.BreakerOpens != 0 || st.BreakerState != "closed" || st.Errors != int64(refills) {
+				t.Fatalf("after %d refused refills: breaker %s, opened %d times, %d errors; want closed, never opened, %d errors", refills, st.BreakerState, st.BreakerOpens, st.Errors, refills)
+			}
+			uri := uniqueURIs(t, 1)[0]
+			c.Fill(ctx, map[string]Entry{uri: {Value: []byte("small")}})
+			if got := c.GetMulti(ctx, []string{uri}); string(got[uri].Value) != "small" {
+				t.Fatalf("GetMulti after the refused refills = %+v, want the small value stored and read", got)
+			}
+		})
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync/atomic"
 
 	"github.com/bradfitz/gomemcache/memcache"
@@ -17,6 +18,21 @@ import (
 // before a connection was free. It is the caller's doing, not the
 // server's, so the breaker ignores it.
 var errCallerGone = errors.New("cache: caller gave up waiting for a connection")
+
+// errItemRefused marks items memcached answered with SERVER_ERROR: too
+// large for its item size limit, or no memory to store them. memcached
+// answered, so it is up: the breaker counts the call as a success, and
+// the caller still sees the error (and the server's error count rises).
+var errItemRefused = errors.New("memcached refused to store the item")
+
+// refusedItem marks err as errItemRefused when it is gomemcache's report
+// of a SERVER_ERROR answer ("unexpected response line … SERVER_ERROR …").
+func refusedItem(err error) error {
+	if err != nil && strings.Contains(err.Error(), `"SERVER_ERROR `) {
+		return fmt.Errorf("%w: %w", errItemRefused, err)
+	}
+	return err
+}
 
 // errOpenedWhileWaiting marks a call the breaker let in while it was
 // closed, which then waited for a connection while the breaker opened.
@@ -96,7 +112,7 @@ func (s *server) do(ctx context.Context, op func(*memcache.Client) error) error 
 		if s.breaker.State() == gobreaker.StateOpen {
 			return struct{}{}, errOpenedWhileWaiting
 		}
-		return struct{}{}, op(s.client)
+		return struct{}{}, refusedItem(op(s.client))
 	})
 	return s.count(err)
 }
@@ -135,6 +151,9 @@ func (s *server) count(err error) error {
 		return fmt.Errorf("%w: %s: %w", ErrUnavailable, s.addr, err)
 	case errors.Is(err, errCallerGone):
 		s.waitExpired.Add(1)
+	case errors.Is(err, errItemRefused):
+		s.errors.Add(1)
+		s.log.Warn("memcached refused to store items", "kind", "refused", "err", err)
 	case err != nil && !isSuccessful(err):
 		s.errors.Add(1)
 		s.log.Error("memcached call failed", "kind", errorKind(err), "err", err)
@@ -226,7 +245,8 @@ func (s *server) stats() ServerStats {
 // server: a miss or a refused ADD is not a failure.
 func isSuccessful(err error) bool {
 	return err == nil || errors.Is(err, memcache.ErrCacheMiss) ||
-		errors.Is(err, memcache.ErrNotStored) || errors.Is(err, memcache.ErrCASConflict)
+		errors.Is(err, memcache.ErrNotStored) || errors.Is(err, memcache.ErrCASConflict) ||
+		errors.Is(err, errItemRefused)
 }
 
 // isExcluded reports errors that say nothing about the server's health:
