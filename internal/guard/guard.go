@@ -354,11 +354,25 @@ func (s *Server) Drain(ctx context.Context) {
 	}()
 	select {
 	case <-stopped:
+		return
 	case <-ctx.Done():
-		srv.Stop()
-		<-stopped
+	}
+	// Past the deadline: cancel every call still running, then give their
+	// handlers up to HandlerGrace to return (GracefulStop returns once they
+	// have), so that the stores and caches the caller closes next are not
+	// closed under a write finishing its steps. A handler that ignores its
+	// cancelled context is not waited for longer: the drain's deadline
+	// holds, give or take the grace.
+	go srv.Stop()
+	select {
+	case <-stopped:
+	case <-time.After(HandlerGrace):
 	}
 }
+
+// HandlerGrace is how long a forced Drain waits for the handlers of the
+// calls it cancelled to return.
+const HandlerGrace = 5 * time.Second
 
 // InflightItems reports how many items are admitted right now.
 func (s *Server) InflightItems() int64 { return s.inflightItems.Load() }

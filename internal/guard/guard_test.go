@@ -88,6 +88,12 @@ type postRecords struct {
 	// deadlines, when set, receives how much deadline GetPostRecords had
 	// left when it started (an hour if none).
 	deadlines chan time.Duration
+	// finish, when set, holds a blocked GetPostRecords whose context
+	// ended until it is closed (a write completing its steps, or a
+	// handler that ignores its context); returned counts those that have
+	// returned.
+	finish   chan struct{}
+	returned atomic.Int64
 
 	mu    sync.Mutex
 	sizes []int // the URIs of each GetPostRecords call, in the order they started
@@ -131,6 +137,10 @@ func (p *postRecords) GetPostRecords(ctx context.Context, req *sluicev1.GetPostR
 		select {
 		case <-p.block:
 		case <-ctx.Done():
+			if p.finish != nil {
+				<-p.finish
+			}
+			p.returned.Add(1)
 			return nil, ctx.Err()
 		}
 	}
@@ -824,6 +834,44 @@ func TestDrainDeadline(t *testing.T) {
 	f.srv.Drain(ctx)
 	if err := <-inflight; status.Code(err) != codes.Unavailable {
 		t.Errorf("the held request ended with %v, want Unavailable from the hard stop", err)
+	}
+}
+
+// Tests that a forced Drain returns only once the handlers it cancelled
+// have returned, so that what the caller closes next (the store, the
+// caches) is not closed under them, but no later than HandlerGrace after
+// its deadline when a handler does not return.
+func TestDrainDeadlineWaitsForHandlersWithinTheGrace(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		finish time.Duration // after the drain's deadline; 0: never
+	}{{"handler returns", 300 * time.Millisecond}, {"handler stuck", 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			impl := newPostRecords()
+			impl.block = make(chan struct{}) // never closed
+			impl.finish = make(chan struct{})
+			var finishOnce sync.Once
+			finish := func() { finishOnce.Do(func() { close(impl.finish) }) }
+			f := start(t, testConfig(), impl)
+			t.Cleanup(finish) // before the fixture's own clean-up
+			go func() {
+				_, _ = f.client.GetPostRecords(testContext(t, 20*time.Second), &sluicev1.GetPostRecordsRequest{Uris: uris(10)})
+			}()
+			<-impl.entered
+			if tc.finish > 0 {
+				time.AfterFunc(tc.finish, finish)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+			defer cancel()
+			f.srv.Drain(ctx)
+			want := int64(1)
+			if tc.finish == 0 {
+				want = 0
+			}
+			if n := impl.returned.Load(); n != want {
+				t.Errorf("Drain returned with %d cancelled handlers returned, want %d", n, want)
+			}
+		})
 	}
 }
 

@@ -10,7 +10,7 @@ package structcheck
 var Allowed = map[string]Site{
 	// Server lifecycle.
 	"internal/app.(*App).Serve":               lifecycle("server start: the gRPC server, the admin server and the drain watcher, joined before Serve returns"),
-	"internal/guard.(*Server).Drain":          lifecycle("drain: one goroutine runs GracefulStop and is joined before Drain returns"),
+	"internal/guard.(*Server).Drain":          lifecycle("drain: one goroutine runs GracefulStop and is joined before Drain returns; past the deadline one more runs Stop, joined with it unless a handler outlives HandlerGrace"),
 	"internal/guard.(*Server).Serve":          lifecycle("the silent-stream sweep: one goroutine, stopped when Serve returns"),
 	"internal/telemetry.newAsyncWriter":       lifecycle("the log writer: one goroutine per writer, ends when the writer is closed"),
 	"cmd/sluice.serve":                        lifecycle("SIGHUP reload loop: one goroutine, ends with the serve context"),
