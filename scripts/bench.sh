@@ -204,7 +204,7 @@ part_fairshare() {
       fi
       run_logged $p "$BIN/sluice-load" "${args[@]}" --uris "$URIS" --duration "$FAIR_RUN" \
         --target 127.0.0.1:$g --metrics http://127.0.0.1:$h/metrics --server-pid "$SRV_PID" --memcached 127.0.0.1:$mc \
-        --json "$OUT/$name.json" --html "$OUT/$name.html" --progress 10s >"$OUT/$name.txt"
+        --probe 127.0.0.1:$mc --json "$OUT/$name.json" --html "$OUT/$name.html" --progress 10s >"$OUT/$name.txt"
       [[ -z $bulkpid ]] || wait "$bulkpid"
       cat "$OUT/$name.txt" >&2
       [[ -z $bulkpid ]] || cat "$OUT/$name-bulk.txt" >&2

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/loadgen"
+	"github.com/sluice-dev/sluice/internal/loadgen/probe"
 	"github.com/sluice-dev/sluice/internal/loadgen/report"
 	"github.com/sluice-dev/sluice/internal/loadgen/scenario"
 	"github.com/sluice-dev/sluice/internal/loadgen/slo"
@@ -71,6 +72,8 @@ type flags struct {
 	metrics                            string
 	serverPID                          int
 	memcached                          string
+	probe                              string
+	probeEvery                         time.Duration
 	sampleEvery, progress              time.Duration
 	warm                               bool
 	warmBatch, warmConcurrency         int
@@ -101,6 +104,8 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.metrics, "metrics", "http://127.0.0.1:8080/metrics", "server /metrics URL for vital signs (empty: none)")
 	fs.IntVar(&f.serverPID, "server-pid", 0, "server pid on this machine: read OS threads and RSS from /proc")
 	fs.StringVar(&f.memcached, "memcached", "", "memcached addresses for the TIME_WAIT count (default: from the server's metrics)")
+	fs.StringVar(&f.probe, "probe", "", "memcached address to time a bare get at beside the clients: the machine's floor for a round trip (empty: none)")
+	fs.DurationVar(&f.probeEvery, "probe-every", 5*time.Millisecond, "time between the probe's gets")
 	fs.DurationVar(&f.sampleEvery, "sample-every", 500*time.Millisecond, "vital signs sampling interval")
 	fs.DurationVar(&f.progress, "progress", 2*time.Second, "progress line interval (0: none)")
 	fs.BoolVar(&f.warm, "warm", false, "read every URI of the URI file once before the run")
@@ -149,6 +154,10 @@ func checkOverrides(fs *flag.FlagSet, f *flags) error {
 		case "duration":
 			if f.duration <= 0 {
 				errs = append(errs, fmt.Errorf("--duration %v: want a positive duration", f.duration))
+			}
+		case "probe-every":
+			if f.probeEvery < time.Millisecond {
+				errs = append(errs, fmt.Errorf("--probe-every %v: want at least 1ms", f.probeEvery))
 			}
 		case "max-outstanding":
 			if f.maxOutstanding < 1 {
@@ -273,6 +282,9 @@ func buildOptions(f *flags, stderr io.Writer) (loadgen.Options, func() error, er
 		if f.memcached != "" {
 			opts.Vitals.Memcached = strings.Split(f.memcached, ",")
 		}
+	}
+	if f.probe != "" {
+		opts.Probe = &probe.Config{Addr: f.probe, Every: f.probeEvery}
 	}
 	if f.replay != "" {
 		if opts.Replay, err = readTrace(f.replay); err != nil {

@@ -27,6 +27,7 @@ import (
 	"time"
 
 	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
+	"github.com/sluice-dev/sluice/internal/loadgen/probe"
 	"github.com/sluice-dev/sluice/internal/loadgen/recorder"
 	"github.com/sluice-dev/sluice/internal/loadgen/report"
 	"github.com/sluice-dev/sluice/internal/loadgen/scenario"
@@ -59,6 +60,9 @@ type Options struct {
 	ProgressEvery time.Duration
 	// Vitals, when not nil, is sampled during the run.
 	Vitals *vitals.Config
+	// Probe, when not nil, times a bare memcached get during the run
+	// (package probe), the machine's floor for a round trip.
+	Probe *probe.Config
 	// MaxRecvBytes bounds one response. Default 512 MiB (a 20,000-URI
 	// batch of 3 KB posts is about 60 MB).
 	MaxRecvBytes int
@@ -106,10 +110,17 @@ func Run(ctx context.Context, opts Options) (*report.Report, error) {
 	bgCtx, stopBackground := context.WithCancel(ctx)
 	var sampler *vitals.Sampler
 	bg := new(errgroup.Group)
-	bg.SetLimit(2)
+	bg.SetLimit(3)
 	if opts.Vitals != nil {
 		sampler = vitals.New(*opts.Vitals)
 		bg.Go(func() error { sampler.Run(bgCtx); return nil })
+	}
+	var probed report.Client
+	if opts.Probe != nil {
+		bg.Go(func() (err error) {
+			probed, err = probe.Run(bgCtx, *opts.Probe, start)
+			return err
+		})
 	}
 	if opts.Progress != nil {
 		bg.Go(func() error { printProgress(bgCtx, opts, plans, recs, start); return nil })
@@ -124,7 +135,9 @@ func Run(ctx context.Context, opts Options) (*report.Report, error) {
 	_ = clients.Wait()
 	finished := time.Now()
 	stopBackground()
-	_ = bg.Wait()
+	if err := bg.Wait(); err != nil {
+		return nil, err
+	}
 
 	r := &report.Report{
 		Scenario:       opts.Scenario.Name,
@@ -137,6 +150,9 @@ func Run(ctx context.Context, opts Options) (*report.Report, error) {
 	}
 	if sampler != nil {
 		r.Vitals = sampler.Result()
+	}
+	if opts.Probe != nil {
+		r.Probe = &probed
 	}
 	return r, nil
 }

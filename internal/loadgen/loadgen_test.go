@@ -11,6 +11,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/app/apptest"
 	"github.com/sluice-dev/sluice/internal/loadgen"
+	"github.com/sluice-dev/sluice/internal/loadgen/probe"
 	"github.com/sluice-dev/sluice/internal/loadgen/report"
 	"github.com/sluice-dev/sluice/internal/loadgen/scenario"
 	"github.com/sluice-dev/sluice/internal/loadgen/trace"
@@ -92,6 +93,7 @@ func TestOpenLoopKeepsScheduleWhileServerStalls(t *testing.T) {
 		Target:   s.GRPCAddr,
 		Scenario: oneClient(s, rate, 4*time.Second, 1000),
 		Vitals:   &vitals.Config{MetricsURL: s.MetricsURL, Interval: 200 * time.Millisecond},
+		Probe:    &probe.Config{Addr: s.Memcached.Addr(), Every: 20 * time.Millisecond},
 	}
 	r := runWithStall(t, s, opts, time.Second, stall)
 	c := r.Clients[0]
@@ -116,6 +118,12 @@ func TestOpenLoopKeepsScheduleWhileServerStalls(t *testing.T) {
 	}
 	if c.Latency.P50 >= c.Latency.P90 {
 		t.Errorf("p50 %.1f ≥ p90 %.1f: the requests outside the stall should be fast", c.Latency.P50, c.Latency.P90)
+	}
+
+	// The probe's gets went to the frozen memcached too: the ones due
+	// during the stall waited for it (or timed out after a second).
+	if p := r.Probe; p == nil || p.OK < 1 || p.Errors == 0 && p.Latency.Max < 1000 {
+		t.Errorf("probe %+v: want gets answered, and the stall in its latency or errors", p)
 	}
 
 	v := r.Vitals

@@ -253,6 +253,7 @@ func fairReport(w io.Writer, rounds []fairRound, loads []string) {
 	fmt.Fprintf(w, "| indexer's 20,000-URI batches answered whole (records = 20,000 × OK) | %s, indexer errors %.0f (%.0f) | %s |\n", map[bool]string{true: "every round", false: "not every round"}[allItems], medianOf(splitErrs), slices.Max(splitErrs), verdict(allItems && slices.Max(splitErrs) == 0))
 	fmt.Fprintf(w, "| normal clients' p99 with the split indexer ≤ 1.5× alone, 0 errors | %.2f×, errors %.0f (%.0f) | %s |\n", splitWorst, medianOf(splitNormal), slices.Max(splitNormal), verdict(splitWorst <= 1.5 && slices.Max(splitNormal) == 0))
 	fmt.Fprintln(w)
+	floorNote(w, rounds)
 	fmt.Fprintln(w, "Sheds carry RetryInfo (tested in internal/guard); the load generator counts codes only. Goodput counts every client's answered items per second of the run; capacity is the closed loop's, so a goodput share above 1 means the open loop kept the server busier than the closed loop did.")
 }
 
@@ -262,8 +263,8 @@ func fairReport(w io.Writer, rounds []fairRound, loads []string) {
 // queued for the Go scheduler.
 func whereTimeWent(w io.Writer, rounds []fairRound) {
 	fmt.Fprintf(w, "### Where the normal clients' time went\n\n")
-	fmt.Fprintf(w, "The harness times each request from its scheduled send to its answer; sluice's histograms time it from admission to response (`sluice_request_duration_seconds`) and count how long sluice's goroutines were runnable before the Go scheduler ran them (`sluice_go_sched_latency_seconds`, sampled by the runtime; time the kernel keeps a running thread off a core is not in it), between scrapes at the run's start and end. The harness and inside figures are medians over the four normal clients; the scheduler wait is the whole process's. The harness's p99 and the inside p99 are of different distributions and do not add up.\n\n")
-	fmt.Fprintf(w, "| round | run | harness p50 / p99 ms | inside sluice p50 / p99 ms | sluice's goroutines' wait for the scheduler p50 / p99 ms |\n|---:|---|---:|---:|---:|\n")
+	fmt.Fprintf(w, "The harness times each request from its scheduled send to its answer; sluice's histograms time it from admission to response (`sluice_request_duration_seconds`) and count how long sluice's goroutines were runnable before the Go scheduler ran them (`sluice_go_sched_latency_seconds`, sampled by the runtime; time the kernel keeps a running thread off a core is not in it), between scrapes at the run's start and end. The harness and inside figures are medians over the four normal clients; the scheduler wait is the whole process's. The harness's p99 and the inside p99 are of different distributions and do not add up. The last column is the machine's own floor: the normal clients' load generator also timed a bare memcached get (one 500-byte value, one connection, every 5 ms, from its scheduled moment, as the clients are timed; `sluice-load --probe`), a round trip with no sluice in it that the same load delays.\n\n")
+	fmt.Fprintf(w, "| round | run | harness p50 / p99 ms | inside sluice p50 / p99 ms | sluice's goroutines' wait for the scheduler p50 / p99 ms | bare memcached get from the harness p50 / p99 ms |\n|---:|---|---:|---:|---:|---:|\n")
 	for i, r := range rounds {
 		for _, run := range []struct {
 			name string
@@ -280,10 +281,53 @@ func whereTimeWent(w io.Writer, rounds []fairRound) {
 					in50, in99 = append(in50, q.P50Ms), append(in99, q.P99Ms)
 				}
 			}
-			fmt.Fprintf(w, "| %d | %s | %s / %s | %s / %s | %s |\n", i+1, run.name, msOf(p50), msOf(p99), msOf(in50), msOf(in99), cpuWait(run.rep))
+			fmt.Fprintf(w, "| %d | %s | %s / %s | %s / %s | %s | %s |\n", i+1, run.name, msOf(p50), msOf(p99), msOf(in50), msOf(in99), cpuWait(run.rep), probeMS(run.rep))
 		}
 	}
 	fmt.Fprintln(w)
+}
+
+// probeMS is the bare memcached get's p50 / p99 over run, if it was
+// probed.
+func probeMS(run *report.Report) string {
+	if run.Probe == nil || run.Probe.OK == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.3g / %.3g", run.Probe.Latency.P50, run.Probe.Latency.P99)
+}
+
+// probeRatios is, per round, the bare memcached get's p99 in the run
+// with over its p99 alone; rounds without a probe are left out.
+func probeRatios(rounds []fairRound, with func(fairRound) *report.Report) []float64 {
+	var out []float64
+	for _, r := range rounds {
+		w, a := with(r).Probe, r.alone.Probe
+		if w != nil && a != nil && w.OK > 0 && a.OK > 0 && a.Latency.P99 > 0 {
+			out = append(out, w.Latency.P99/a.Latency.P99)
+		}
+	}
+	return out
+}
+
+// floorNote says how the machine's own floor moved under each load,
+// beside the normal clients' ratios: a target below the floor's ratio is
+// one no server on this machine could meet.
+func floorNote(w io.Writer, rounds []fairRound) {
+	heavy := probeRatios(rounds, func(r fairRound) *report.Report { return r.heavy })
+	split := probeRatios(rounds, func(r fairRound) *report.Report { return r.split })
+	if len(heavy) == 0 || len(split) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "The machine's floor under the same loads: a bare memcached get from the normal clients' load generator (no sluice in it) had a p99 %.2f× its p99 alone with the heavy callers (rounds: %s) and %.2f× with the split indexer (rounds: %s). A p99 ratio under that is more than this machine gives any round trip; the 1.5× targets are read against it.\n\n",
+		medianOf(heavy), ratioList(heavy), medianOf(split), ratioList(split))
+}
+
+func ratioList(vs []float64) string {
+	parts := make([]string, len(vs))
+	for i, v := range vs {
+		parts[i] = fmt.Sprintf("%.2f×", v)
+	}
+	return strings.Join(parts, ", ")
 }
 
 // serverLatency is client's latency inside sluice over run, if the run

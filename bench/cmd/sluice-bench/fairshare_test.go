@@ -65,16 +65,30 @@ func TestWhereTimeWentSetsHarnessBesideServer(t *testing.T) {
 	heavy.Clients = append(heavy.Clients, report.Client{Name: "heavy-1", Latency: report.Latency{P99: 900}})
 	split := run([]float64{10, 10, 10, 10}, []float64{2, 2, 2, 2}, 1)
 	split.Vitals = nil // a run that did not read the metrics
+	alone.Probe = &report.Client{OK: 100, Latency: report.Latency{P50: 0.06, P99: 0.5}}
+	heavy.Probe = &report.Client{OK: 100, Latency: report.Latency{P50: 0.1, P99: 2.5}}
 
 	var out strings.Builder
-	whereTimeWent(&out, []fairRound{{alone: alone, heavy: heavy, split: split}})
+	rounds := []fairRound{{alone: alone, heavy: heavy, split: split}}
+	whereTimeWent(&out, rounds)
 	for _, want := range []string{
-		"| 1 | alone | 1 / 3.5 | 0.5 / 1 | 0.01 / 0.2 |",
-		"| 1 | heavy callers | 1 / 19 | 0.5 / 7 | 0.01 / 3 |",
-		"| 1 | split indexer | 1 / 10 | n/a / n/a | n/a |",
+		"| 1 | alone | 1 / 3.5 | 0.5 / 1 | 0.01 / 0.2 | 0.06 / 0.5 |",
+		"| 1 | heavy callers | 1 / 19 | 0.5 / 7 | 0.01 / 3 | 0.1 / 2.5 |",
+		"| 1 | split indexer | 1 / 10 | n/a / n/a | n/a | n/a |",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("no line %q in\n%s", want, out.String())
 		}
+	}
+
+	// The floor's ratios need a probe in every run compared.
+	out.Reset()
+	if floorNote(&out, rounds); out.Len() != 0 {
+		t.Errorf("a floor note without the split run's probe: %q", out.String())
+	}
+	split.Probe = &report.Client{OK: 100, Latency: report.Latency{P99: 1}}
+	floorNote(&out, rounds)
+	if want := "p99 5.00× its p99 alone with the heavy callers (rounds: 5.00×) and 2.00× with the split indexer"; !strings.Contains(out.String(), want) {
+		t.Errorf("floor note %q; want %q", out.String(), want)
 	}
 }

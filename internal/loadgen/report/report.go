@@ -26,7 +26,10 @@ type Report struct {
 	ElapsedSeconds float64  `json:"elapsed_seconds"`
 	Clients        []Client `json:"clients"`
 	Vitals         *Vitals  `json:"vitals,omitempty"`
-	SLO            []SLO    `json:"slo,omitempty"`
+	// Probe is a bare memcached get timed beside the clients (package
+	// probe): the machine's floor for a round trip from the harness.
+	Probe *Client `json:"probe,omitempty"`
+	SLO   []SLO   `json:"slo,omitempty"`
 }
 
 // Client is what one client sent and saw.

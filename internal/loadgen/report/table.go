@@ -24,6 +24,11 @@ func WriteTable(w io.Writer, r *Report) error {
 		return fmt.Errorf("report: %w", err)
 	}
 	writeFirstErrors(w, r.Clients)
+	if p := r.Probe; p != nil {
+		l := p.Latency
+		fmt.Fprintf(w, "\nthe machine's floor: %s, %d gets (%d failed), p50 %s p90 %s p99 %s p99.9 %s max %s ms\n",
+			p.Name, p.OK+p.Errors, p.Errors, fmtMS(l.P50), fmtMS(l.P90), fmtMS(l.P99), fmtMS(l.P999), fmtMS(l.Max))
+	}
 	if r.Vitals != nil {
 		fmt.Fprintln(w)
 		if err := writeVitals(w, r.Vitals); err != nil {
