@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/guard/queue"
@@ -11,16 +12,21 @@ import (
 // a changed limit to the item queue.
 func (s *Server) observeCapacity(cost int64, took time.Duration) {
 	limit := s.limiter.Observe(cost, took, s.inflightItems.Load(), time.Now())
-	if s.itemLimit.Swap(limit) == limit {
+	applyLast(&s.itemLimit, limit, s.items.SetCapacity)
+}
+
+// applyLast stores limit in stored and, unless it was there already,
+// applies it. Two callers finishing together can apply their limits in
+// the opposite order from the one they stored them in: after applying
+// its own, each applies again whatever is stored now, so what was applied
+// last is the last limit stored.
+func applyLast(stored *atomic.Int64, limit int64, apply func(int64)) {
+	if stored.Swap(limit) == limit {
 		return
 	}
-	// Two requests finishing together can apply their limits to the
-	// queue in the opposite order from the one they stored them in: after
-	// applying its own, each applies again whatever is in force now, so
-	// the queue ends with the last limit stored.
 	for applied := limit; ; {
-		s.items.SetCapacity(applied)
-		now := s.itemLimit.Load()
+		apply(applied)
+		now := stored.Load()
 		if now == applied {
 			return
 		}
