@@ -3,6 +3,7 @@ package cache
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -177,10 +178,13 @@ func appendAdd(b []byte, it *memcache.Item) []byte {
 
 // readAnswers reads the answers to items adds: STORED, NOT_STORED for a
 // key that exists already (a refused add, which is normal), and
-// SERVER_ERROR for an item the server could not store (memcached then
-// skips its value and goes on).
+// SERVER_ERROR for an item the server did not store (memcached then skips
+// its value and goes on): refused as too large or for want of memory
+// (errItemRefused: the server is up), or any other server error (a
+// failure).
 func readAnswers(r *bufio.Reader, items int) (refused, err error) {
-	failed, first := 0, ""
+	failed := 0
+	var firstRefusal, firstFault string
 	for range items {
 		line, err := r.ReadSlice('\n')
 		if err != nil {
@@ -189,15 +193,23 @@ func readAnswers(r *bufio.Reader, items int) (refused, err error) {
 		switch {
 		case bytes.Equal(line, []byte("STORED\r\n")), bytes.Equal(line, []byte("NOT_STORED\r\n")):
 		case bytes.HasPrefix(line, []byte("SERVER_ERROR ")):
-			if failed++; failed == 1 {
-				first = string(bytes.TrimSpace(line))
+			failed++
+			text := string(bytes.TrimSpace(line))
+			switch {
+			case !refusal(text):
+				firstFault = cmp.Or(firstFault, text)
+			default:
+				firstRefusal = cmp.Or(firstRefusal, text)
 			}
 		default:
 			return nil, fmt.Errorf("%w: %q", errRefillProtocol, bytes.TrimSpace(line))
 		}
 	}
-	if failed > 0 {
-		return fmt.Errorf("%w: %d of %d refilled items: %s", errItemRefused, failed, items, first), nil
+	switch {
+	case firstFault != "": // not a refusal of an item: the server failed
+		return fmt.Errorf("memcached failed %d of %d refilled items: %s", failed, items, firstFault), nil
+	case failed > 0:
+		return fmt.Errorf("%w: %d of %d refilled items: %s", errItemRefused, failed, items, firstRefusal), nil
 	}
 	return nil, nil
 }

@@ -3,6 +3,7 @@ package cache
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -164,5 +165,27 @@ func TestRefusedItemsDoNotOpenTheBreaker(t *testing.T) {
 				t.Fatalf("GetMulti after the refused refills = %+v, want the small value stored and read", got)
 			}
 		})
+	}
+}
+
+// Tests that a tombstone memcached refuses to store (it is out of memory
+// and may not evict) is reported as not written, so its key stays owed,
+// while the breaker, which sees memcached answering, stays closed.
+func TestRefusedTombstoneIsNotWritten(t *testing.T) {
+	m := testenv.StartMemcachedWith(t, "-m", "2", "-I", "512k", "-M") // 2 MB, no eviction
+	c := newCache(t, []string{m.Addr()}, nil)
+	ctx := testContext(t, 8)
+	var err error
+	for round := 0; err == nil; round++ {
+		if round == 200 {
+			t.Fatalf("200 rounds of 500 tombstones in 2 MB of memcached, all reported written")
+		}
+		err = c.Invalidate(ctx, uniqueURIs(t, 500))
+	}
+	if !errors.Is(err, errItemRefused) {
+		t.Fatalf("Invalidate in a full memcached: %v; want the refused tombstones reported", err)
+	}
+	if st := c.Stats()[0]; st.BreakerState != "closed" || st.BreakerOpens != 0 || st.Errors == 0 {
+		t.Fatalf("stats %+v: want the breaker closed, never opened, and the refusals counted as errors", st)
 	}
 }

@@ -19,19 +19,30 @@ import (
 // server's, so the breaker ignores it.
 var errCallerGone = errors.New("cache: caller gave up waiting for a connection")
 
-// errItemRefused marks items memcached answered with SERVER_ERROR: too
-// large for its item size limit, or no memory to store them. memcached
-// answered, so it is up: the breaker counts the call as a success, and
-// the caller still sees the error (and the server's error count rises).
+// errItemRefused marks items memcached refused to store: too large for
+// its item size limit, or no memory left to store them. memcached
+// answered, so it is up: the breaker counts the call as a success. The
+// caller still sees the error (an item not written is not written: a
+// refused tombstone leaves its key owed), and the server's error count
+// rises.
 var errItemRefused = errors.New("memcached refused to store the item")
 
 // refusedItem marks err as errItemRefused when it is gomemcache's report
-// of a SERVER_ERROR answer ("unexpected response line … SERVER_ERROR …").
+// of a store command answered with memcached's refusal of the item
+// (`unexpected response line from "add": "SERVER_ERROR object too large
+// for cache…"`). Any other SERVER_ERROR, on a get or from a proxy whose
+// backend failed, is left a failure.
 func refusedItem(err error) error {
-	if err != nil && strings.Contains(err.Error(), `"SERVER_ERROR `) {
+	if err != nil && strings.Contains(err.Error(), `unexpected response line from "`) && refusal(err.Error()) {
 		return fmt.Errorf("%w: %w", errItemRefused, err)
 	}
 	return err
+}
+
+// refusal reports whether a SERVER_ERROR answer is memcached refusing an
+// item it could not keep, rather than failing.
+func refusal(answer string) bool {
+	return strings.Contains(answer, "SERVER_ERROR object too large") || strings.Contains(answer, "SERVER_ERROR out of memory storing object")
 }
 
 // errOpenedWhileWaiting marks a call the breaker let in while it was
@@ -90,7 +101,7 @@ func newServer(addr string, cfg Config, log *slog.Logger) *server {
 			return c.ConsecutiveFailures >= cfg.BreakerFailures
 		},
 		OnStateChange: s.onStateChange,
-		IsSuccessful:  isSuccessful,
+		IsSuccessful:  answered,
 		IsExcluded:    isExcluded,
 	})
 	return s
@@ -245,9 +256,12 @@ func (s *server) stats() ServerStats {
 // server: a miss or a refused ADD is not a failure.
 func isSuccessful(err error) bool {
 	return err == nil || errors.Is(err, memcache.ErrCacheMiss) ||
-		errors.Is(err, memcache.ErrNotStored) || errors.Is(err, memcache.ErrCASConflict) ||
-		errors.Is(err, errItemRefused)
+		errors.Is(err, memcache.ErrNotStored) || errors.Is(err, memcache.ErrCASConflict)
 }
+
+// answered reports whether err says the server is healthy, for its
+// breaker: a normal answer, or an item it refused to store.
+func answered(err error) bool { return isSuccessful(err) || errors.Is(err, errItemRefused) }
 
 // isExcluded reports errors that say nothing about the server's health:
 // the caller leaving, or a key this package should never have built.

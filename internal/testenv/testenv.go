@@ -76,17 +76,25 @@ func SharedMemcached(t testing.TB) string {
 
 // Memcached is a private memcached process owned by one test.
 type Memcached struct {
-	t    testing.TB
-	bin  string
-	addr string
-	cmd  *exec.Cmd
+	t       testing.TB
+	bin     string
+	addr    string
+	options []string // after the defaults
+	cmd     *exec.Cmd
 }
 
 // StartMemcached starts a memcached on a free loopback port and stops it
 // when the test ends.
 func StartMemcached(t testing.TB) *Memcached {
+	return StartMemcachedWith(t)
+}
+
+// StartMemcachedWith is StartMemcached with more command-line options,
+// which override the defaults (e.g. "-m", "2", "-M": 2 MB, refuse stores
+// when full instead of evicting).
+func StartMemcachedWith(t testing.TB, options ...string) *Memcached {
 	t.Helper()
-	m := &Memcached{t: t, bin: MemcachedBinary(t), addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t)))}
+	m := &Memcached{t: t, bin: MemcachedBinary(t), addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(FreePort(t))), options: options}
 	m.Start()
 	t.Cleanup(m.Stop)
 	return m
@@ -106,6 +114,7 @@ func (m *Memcached) Start() {
 	if os.Geteuid() == 0 {
 		args = append(args, "-u", "root")
 	}
+	args = append(args, m.options...)
 	cmd := exec.Command(m.bin, args...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
