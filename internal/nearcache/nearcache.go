@@ -349,18 +349,32 @@ func (c *Cache) keep(h held, m miss) {
 // reports whether they were there. When they were not, it runs the
 // maintenance other writers left pending (the evictions that make room)
 // and tries once more; an entry that still does not fit is not kept,
-// which costs only a later shared-cache read.
+// which costs only a later shared-cache read. An entry heavier than the
+// share of the cap kept for storing is never kept: eviction leaves no
+// more room than that.
 func (c *Cache) reserve(w int64) bool {
-	if c.bytes.Add(w) <= c.maxBytes {
+	if w > c.maxBytes/storingShare {
+		return false
+	}
+	if c.tryReserve(w) {
 		return true
 	}
-	c.bytes.Add(-w)
 	c.mem.CleanUp()
-	if c.bytes.Add(w) <= c.maxBytes {
-		return true
+	return c.tryReserve(w)
+}
+
+// tryReserve takes w bytes if the cap has them; the count never passes
+// the cap, even for a moment.
+func (c *Cache) tryReserve(w int64) bool {
+	for {
+		held := c.bytes.Load()
+		if held+w > c.maxBytes {
+			return false
+		}
+		if c.bytes.CompareAndSwap(held, held+w) {
+			return true
+		}
 	}
-	c.bytes.Add(-w)
-	return false
 }
 
 // Fill refills the shared cache; the near cache keeps only what it reads

@@ -149,7 +149,7 @@ func TestBytesStayUnderTheCap(t *testing.T) {
 func heldBytes(c *Cache) int {
 	n := 0
 	for _, e := range c.mem.All() {
-		n += len(e.uri) + len(e.entry.Value)
+		n += len(e.uri) + len(e.entry.Value) + entryOverhead
 	}
 	return n
 }
@@ -505,5 +505,33 @@ func TestBytesStayUnderTheCapUnderConcurrentReads(t *testing.T) {
 	}
 	if st := near.Stats(); st.Evictions == 0 || most < maxBytes/2 || st.Bytes > st.MaxBytes {
 		t.Fatalf("the cap was never reached, or the stats are over it (stats %+v, most held %d): the test proves nothing", st, most)
+	}
+}
+
+// Tests that an entry heavier than the share of the cap kept for storing
+// is never kept, however often it is read (eviction never leaves it
+// room), while a light one read as often is.
+func TestEntryOverAnEighthOfTheCapIsNotKept(t *testing.T) {
+	const maxBytes = 1 << 20
+	heavy, light := "at://did:plc:near/app.bsky.feed.post/heavy", "at://did:plc:near/app.bsky.feed.post/light"
+	near := newNear(t, Config{TTL: MaxTTL, MaxBytes: maxBytes}, answering{size: func(uri string) int {
+		if uri == heavy {
+			return maxBytes/storingShare + 1
+		}
+		return 100
+	}})
+	ctx := testContext(t)
+	for range 4 {
+		getMulti(near, ctx, []string{heavy, light})
+	}
+	held := map[string]bool{}
+	for _, e := range near.mem.All() {
+		held[e.uri] = true
+	}
+	if held[heavy] || !held[light] {
+		t.Fatalf("held after 4 reads: heavy %v, light %v; want only the light entry", held[heavy], held[light])
+	}
+	if st := near.Stats(); st.Bytes > st.MaxBytes/storingShare {
+		t.Fatalf("stats report %d bytes held for one light entry", st.Bytes)
 	}
 }
