@@ -92,8 +92,17 @@ func Run(ctx context.Context, opts Options) (*report.Report, error) {
 	if err != nil {
 		return nil, err
 	}
+	var prober *probe.Prober
+	if opts.Probe != nil { // before any client starts: a probe that cannot start fails the run at once
+		if prober, err = probe.Start(*opts.Probe); err != nil {
+			return nil, err
+		}
+	}
 	conns, err := dial(opts, len(plans))
 	if err != nil {
+		if prober != nil {
+			prober.Close()
+		}
 		return nil, err
 	}
 	defer func() {
@@ -116,11 +125,8 @@ func Run(ctx context.Context, opts Options) (*report.Report, error) {
 		bg.Go(func() error { sampler.Run(bgCtx); return nil })
 	}
 	var probed report.Client
-	if opts.Probe != nil {
-		bg.Go(func() (err error) {
-			probed, err = probe.Run(bgCtx, *opts.Probe, start)
-			return err
-		})
+	if prober != nil {
+		bg.Go(func() error { probed = prober.Run(bgCtx, start); return nil })
 	}
 	if opts.Progress != nil {
 		bg.Go(func() error { printProgress(bgCtx, opts, plans, recs, start); return nil })
@@ -135,9 +141,7 @@ func Run(ctx context.Context, opts Options) (*report.Report, error) {
 	_ = clients.Wait()
 	finished := time.Now()
 	stopBackground()
-	if err := bg.Wait(); err != nil {
-		return nil, err
-	}
+	_ = bg.Wait()
 
 	r := &report.Report{
 		Scenario:       opts.Scenario.Name,
@@ -151,7 +155,7 @@ func Run(ctx context.Context, opts Options) (*report.Report, error) {
 	if sampler != nil {
 		r.Vitals = sampler.Result()
 	}
-	if opts.Probe != nil {
+	if prober != nil {
 		r.Probe = &probed
 	}
 	return r, nil

@@ -290,24 +290,32 @@ func whereTimeWent(w io.Writer, rounds []fairRound) {
 // probeMS is the bare memcached get's p50 / p99 over run, if it was
 // probed.
 func probeMS(run *report.Report) string {
-	if run.Probe == nil || run.Probe.OK == 0 {
+	p := run.Probe
+	switch {
+	case p == nil || p.OK == 0:
 		return "n/a"
+	case p.Errors > 0:
+		return fmt.Sprintf("%.3g / %.3g (%d of %d gets failed)", p.Latency.P50, p.Latency.P99, p.Errors, p.OK+p.Errors)
 	}
-	return fmt.Sprintf("%.3g / %.3g", run.Probe.Latency.P50, run.Probe.Latency.P99)
+	return fmt.Sprintf("%.3g / %.3g", p.Latency.P50, p.Latency.P99)
 }
 
 // probeRatios is, per round, the bare memcached get's p99 in the run
-// with over its p99 alone; rounds without a probe are left out.
+// with over its p99 alone. Rounds without a probe in both, or whose
+// probe had a failed get (its timeout would raise the floor), are left
+// out.
 func probeRatios(rounds []fairRound, with func(fairRound) *report.Report) []float64 {
 	var out []float64
 	for _, r := range rounds {
-		w, a := with(r).Probe, r.alone.Probe
-		if w != nil && a != nil && w.OK > 0 && a.OK > 0 && a.Latency.P99 > 0 {
+		if w, a := with(r).Probe, r.alone.Probe; clean(w) && clean(a) && a.Latency.P99 > 0 {
 			out = append(out, w.Latency.P99/a.Latency.P99)
 		}
 	}
 	return out
 }
+
+// clean reports whether a probe ran and every get it sent was answered.
+func clean(p *report.Client) bool { return p != nil && p.OK > 0 && p.Errors == 0 }
 
 // floorNote says how the machine's own floor moved under each load,
 // beside the normal clients' ratios: a target below the floor's ratio is

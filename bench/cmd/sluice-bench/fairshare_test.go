@@ -86,6 +86,10 @@ func TestWhereTimeWentSetsHarnessBesideServer(t *testing.T) {
 	if floorNote(&out, rounds); out.Len() != 0 {
 		t.Errorf("a floor note without the split run's probe: %q", out.String())
 	}
+	split.Probe = &report.Client{OK: 99, Errors: 1, Latency: report.Latency{P99: 1000}}
+	if floorNote(&out, rounds); out.Len() != 0 {
+		t.Errorf("a floor note from a probe whose get failed: %q", out.String())
+	}
 	split.Probe = &report.Client{OK: 100, Latency: report.Latency{P99: 1}}
 	floorNote(&out, rounds)
 	if want := "p99 5.00× its p99 alone with the heavy callers (rounds: 5.00×) and 2.00× with the split indexer"; !strings.Contains(out.String(), want) {

@@ -37,15 +37,19 @@ const key = "sluice-load:probe"
 
 var value = bytes.Repeat([]byte{'p'}, 500)
 
-// timeout bounds one get: a get slower than this is an error, not a
-// latency (gomemcache's own timeout, applied per socket operation).
+// timeout bounds one get: a get slower than this fails (gomemcache's
+// own timeout, applied per socket operation).
 const timeout = time.Second
 
-// Run gets the probe's key every cfg.Every from start until ctx ends, and
-// returns the outcomes as a report client. It fails only when the value
-// cannot be stored at the beginning; a get that fails later is counted as
-// an error of the probe.
-func Run(ctx context.Context, cfg Config, start time.Time) (report.Client, error) {
+// Prober is a probe whose value is stored, ready to run.
+type Prober struct {
+	mc    *memcache.Client
+	every time.Duration
+}
+
+// Start stores the probe's value on cfg.Addr, failing at once (naming
+// the address) when it cannot: before a run begins, not after it.
+func Start(cfg Config) (*Prober, error) {
 	every := cfg.Every
 	if every <= 0 {
 		every = 5 * time.Millisecond
@@ -53,33 +57,54 @@ func Run(ctx context.Context, cfg Config, start time.Time) (report.Client, error
 	mc := memcache.New(cfg.Addr)
 	mc.Timeout = timeout
 	mc.MaxIdleConns = 1
-	defer mc.Close()
 	if err := mc.Set(&memcache.Item{Key: key, Value: value}); err != nil {
-		return report.Client{}, fmt.Errorf("probe: store the probe's value on %s: %w", cfg.Addr, err)
+		_ = mc.Close()
+		return nil, fmt.Errorf("probe: store the probe's value on %s: %w", cfg.Addr, err)
 	}
+	return &Prober{mc: mc, every: every}, nil
+}
+
+// Close closes the probe's connection; for a probe that will not run.
+func (p *Prober) Close() { _ = p.mc.Close() }
+
+// Run gets the probe's key at every slot of its interval from start
+// until ctx ends, and returns the outcomes as a report client, then
+// closes the probe's connection. Each get is timed from its slot, as the
+// harness times its requests from their scheduled moments. The gets go
+// one at a time: a slot that passes while a get is out is skipped
+// (counted dropped), so no get waits behind the one before it. A get
+// that fails, or answers other bytes than were stored, is an error (its
+// latency is still recorded, as a client's failed request's is).
+func (p *Prober) Run(ctx context.Context, start time.Time) report.Client {
+	defer p.mc.Close()
 	rec := recorder.New(Name, "get", start)
-	for at := start; ; at = at.Add(every) {
-		if !sleepUntil(ctx, at) {
-			return rec.Result(), nil
-		}
+	at := start
+	for sleepUntil(ctx, at) {
 		rec.Scheduled(at)
 		rec.Sent(time.Since(at))
 		code, msg := "OK", ""
-		if err := get(mc); err != nil {
+		if err := get(p.mc); err != nil {
 			code, msg = "Error", err.Error()
 		}
 		done := time.Now()
 		rec.Done(done, done.Sub(at), code, msg, 1)
+		at = at.Add(p.every)
+		for ; at.Before(done); at = at.Add(p.every) {
+			rec.Scheduled(at)
+			rec.Dropped()
+		}
 	}
+	return rec.Result()
 }
 
-// get reads the probe's key and checks its value, storing it again if
-// memcached evicted it.
+// get reads the probe's key and checks its value. A miss (memcached
+// evicted it) is an error; the value is stored again for the next get.
 func get(mc *memcache.Client) error {
 	it, err := mc.Get(key)
 	switch {
 	case errors.Is(err, memcache.ErrCacheMiss):
-		return mc.Set(&memcache.Item{Key: key, Value: value})
+		_ = mc.Set(&memcache.Item{Key: key, Value: value})
+		return errors.New("probe: the probe's value was evicted; stored again")
 	case err != nil:
 		return err
 	case !bytes.Equal(it.Value, value):

@@ -19,17 +19,14 @@ func TestProbeTimesEveryGet(t *testing.T) {
 	addr := testenv.SharedMemcached(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	c, err := Run(ctx, Config{Addr: addr, Every: 10 * time.Millisecond}, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if c.OK < 1 || c.Errors != 0 || c.Scheduled != c.OK || c.Latency.Count != c.OK || c.Latency.Max <= 0 {
-		t.Fatalf("probe = scheduled %d, ok %d, errors %d (%v), latency %+v; want every scheduled get answered and timed", c.Scheduled, c.OK, c.Errors, c.FirstErrors, c.Latency)
+	c := start(t, Config{Addr: addr, Every: 10 * time.Millisecond}).Run(ctx, time.Now())
+	if c.OK < 1 || c.Errors != 0 || c.Scheduled != c.OK+c.Dropped || c.Latency.Count != c.OK || c.Latency.Max <= 0 {
+		t.Fatalf("probe = scheduled %d, ok %d, dropped %d, errors %d (%v), latency %+v; want every get sent answered and timed", c.Scheduled, c.OK, c.Dropped, c.Errors, c.FirstErrors, c.Latency)
 	}
 }
 
 // Tests that a get answering other bytes than the probe stored is an
-// error, not a latency: the probe times only correct answers.
+// error.
 func TestProbeCountsAWrongAnswer(t *testing.T) {
 	addr := testenv.SharedMemcached(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
@@ -38,10 +35,7 @@ func TestProbeCountsAWrongAnswer(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 		_ = memcache.New(addr).Set(&memcache.Item{Key: key, Value: []byte("not the probe's")})
 	}()
-	c, err := Run(ctx, Config{Addr: addr, Every: 10 * time.Millisecond}, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := start(t, Config{Addr: addr, Every: 10 * time.Millisecond}).Run(ctx, time.Now())
 	if c.Errors < 1 || !strings.Contains(c.FirstErrors["Error"], "want the 500 stored") {
 		t.Fatalf("probe = ok %d, errors %d (%v); want the overwritten value counted as errors", c.OK, c.Errors, c.FirstErrors)
 	}
@@ -52,8 +46,37 @@ func TestProbeCountsAWrongAnswer(t *testing.T) {
 func TestProbeFailsWithoutMemcached(t *testing.T) {
 	m := testenv.StartMemcached(t)
 	m.Stop()
-	_, err := Run(context.Background(), Config{Addr: m.Addr()}, time.Now())
-	if err == nil || !strings.Contains(err.Error(), m.Addr()) {
-		t.Fatalf("Run against a stopped memcached: %v; want an error naming %s", err, m.Addr())
+	if _, err := Start(Config{Addr: m.Addr()}); err == nil || !strings.Contains(err.Error(), m.Addr()) {
+		t.Fatalf("Start against a stopped memcached: %v; want an error naming %s", err, m.Addr())
 	}
+}
+
+// Tests that a get never waits behind the one before it: slots that pass
+// while a get is out (here: memcached frozen for 300 ms of a 600 ms run,
+// gets due every 10 ms) are skipped and counted dropped, so the probe
+// answers at most once per stall, not once per slot it missed.
+func TestProbeSkipsSlotsAGetOverran(t *testing.T) {
+	m := testenv.StartMemcached(t)
+	p := start(t, Config{Addr: m.Addr(), Every: 10 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
+	defer cancel()
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		m.Pause()
+		time.Sleep(300 * time.Millisecond)
+		m.Resume()
+	}()
+	c := p.Run(ctx, time.Now())
+	if c.Dropped < 10 || c.Scheduled != c.OK+c.Errors+c.Dropped {
+		t.Fatalf("probe = scheduled %d, ok %d, errors %d, dropped %d; want the slots of the stall skipped", c.Scheduled, c.OK, c.Errors, c.Dropped)
+	}
+}
+
+func start(t *testing.T, cfg Config) *Prober {
+	t.Helper()
+	p, err := Start(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
