@@ -178,10 +178,10 @@ func appendAdd(b []byte, it *memcache.Item) []byte {
 
 // readAnswers reads the answers to items adds: STORED, NOT_STORED for a
 // key that exists already (a refused add, which is normal), and
-// SERVER_ERROR for an item the server did not store (memcached then skips
-// its value and goes on): refused as too large or for want of memory
-// (errItemRefused: the server is up), or any other server error (a
-// failure).
+// SERVER_ERROR for an item the server did not store: refused as too
+// large or for want of memory (errItemRefused: the server is up, and
+// skipped the value and went on), or any other server error, a failure
+// after which the connection is not reused.
 func readAnswers(r *bufio.Reader, items int) (refused, err error) {
 	failed := 0
 	var firstRefusal, firstFault string
@@ -206,8 +206,8 @@ func readAnswers(r *bufio.Reader, items int) (refused, err error) {
 		}
 	}
 	switch {
-	case firstFault != "": // not a refusal of an item: the server failed
-		return fmt.Errorf("memcached failed %d of %d refilled items: %s", failed, items, firstFault), nil
+	case firstFault != "": // not a refusal of an item: the server failed, and the connection is closed
+		return nil, fmt.Errorf("memcached did not store %d of %d refilled items, failing (first failure: %s)", failed, items, firstFault)
 	case failed > 0:
 		return fmt.Errorf("%w: %d of %d refilled items: %s", errItemRefused, failed, items, firstRefusal), nil
 	}

@@ -1,10 +1,12 @@
 package cache
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -173,9 +175,15 @@ func TestRefusedItemsDoNotOpenTheBreaker(t *testing.T) {
 // while the breaker, which sees memcached answering, stays closed.
 func TestRefusedTombstoneIsNotWritten(t *testing.T) {
 	m := testenv.StartMemcachedWith(t, "-m", "2", "-I", "512k", "-M") // 2 MB, no eviction
-	c := newCache(t, []string{m.Addr()}, nil)
+	cfg := DefaultConfig()
+	cfg.Servers = []string{m.Addr()}
+	cfg.TombstoneTTL = time.Hour // none expires, however slowly the memory fills
+	c, err := New(cfg, WithDistrust())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
 	ctx := testContext(t, 8)
-	var err error
 	for round := 0; err == nil; round++ {
 		if round == 200 {
 			t.Fatalf("200 rounds of 500 tombstones in 2 MB of memcached, all reported written")
@@ -185,7 +193,21 @@ func TestRefusedTombstoneIsNotWritten(t *testing.T) {
 	if !errors.Is(err, errItemRefused) {
 		t.Fatalf("Invalidate in a full memcached: %v; want the refused tombstones reported", err)
 	}
-	if st := c.Stats()[0]; st.BreakerState != "closed" || st.BreakerOpens != 0 || st.Errors == 0 {
-		t.Fatalf("stats %+v: want the breaker closed, never opened, and the refusals counted as errors", st)
+	if st := c.Stats()[0]; st.BreakerState != "closed" || st.BreakerOpens != 0 || st.Errors == 0 || st.OwedTombstones == 0 {
+		t.Fatalf("stats %+v: want the breaker closed, never opened, the refusals counted as errors and their keys owed", st)
+	}
+}
+
+// Tests that a pipelined refill answered with a SERVER_ERROR that is not
+// a refusal of the item is a failure, and its connection is not reused
+// (memcached may have closed it).
+func TestRefillServerFaultClosesTheConnection(t *testing.T) {
+	_, err := readAnswers(bufio.NewReader(strings.NewReader("STORED\r\nSERVER_ERROR out of memory reading request\r\n")), 2)
+	if err == nil || errors.Is(err, errItemRefused) {
+		t.Fatalf("readAnswers on a server fault: err %v; want a failure, not a refusal", err)
+	}
+	refused, err := readAnswers(bufio.NewReader(strings.NewReader("SERVER_ERROR object too large for cache\r\nSTORED\r\n")), 2)
+	if err != nil || !errors.Is(refused, errItemRefused) {
+		t.Fatalf("readAnswers on a refusal: refused %v, err %v; want the refusal, the connection kept", refused, err)
 	}
 }
