@@ -292,8 +292,10 @@ func whereTimeWent(w io.Writer, rounds []fairRound) {
 func probeMS(run *report.Report) string {
 	p := run.Probe
 	switch {
-	case p == nil || p.OK == 0:
+	case p == nil || p.OK+p.Errors == 0:
 		return "n/a"
+	case p.OK == 0:
+		return fmt.Sprintf("all %d gets failed", p.Errors)
 	case p.Errors > 0:
 		return fmt.Sprintf("%.3g / %.3g (%d of %d gets failed)", p.Latency.P50, p.Latency.P99, p.Errors, p.OK+p.Errors)
 	}

@@ -71,27 +71,29 @@ func (p *Prober) Close() { _ = p.mc.Close() }
 // until ctx ends, and returns the outcomes as a report client, then
 // closes the probe's connection. Each get is timed from its slot, as the
 // harness times its requests from their scheduled moments. The gets go
-// one at a time: a slot that passes while a get is out is skipped
-// (counted dropped), so no get waits behind the one before it. A get
-// that fails, or answers other bytes than were stored, is an error (its
-// latency is still recorded, as a client's failed request's is).
+// one at a time, and no get waits behind the one before it: a slot that
+// passes while a get is out shares that get's answer, timed from its own
+// slot (as a client with requests outstanding would have seen a stall:
+// the correction HdrHistogram's RecordCorrectedValue makes), and the
+// next get goes at the first slot after it. A get that fails, or answers
+// other bytes than were stored, is an error (its latency is still
+// recorded, as a client's failed request's is).
 func (p *Prober) Run(ctx context.Context, start time.Time) report.Client {
 	defer p.mc.Close()
 	rec := recorder.New(Name, "get", start)
-	at := start
-	for sleepUntil(ctx, at) {
-		rec.Scheduled(at)
-		rec.Sent(time.Since(at))
+	for at := start; sleepUntil(ctx, at); {
 		code, msg := "OK", ""
+		sent := time.Now()
 		if err := get(p.mc); err != nil {
 			code, msg = "Error", err.Error()
 		}
 		done := time.Now()
-		rec.Done(done, done.Sub(at), code, msg, 1)
-		at = at.Add(p.every)
-		for ; at.Before(done); at = at.Add(p.every) {
+		// The slots up to the answer, this get's own first; none after
+		// the run ended.
+		for first := true; first || at.Before(done) && ctx.Err() == nil; at, first = at.Add(p.every), false {
 			rec.Scheduled(at)
-			rec.Dropped()
+			rec.Sent(max(0, sent.Sub(at))) // a shared slot's get went before it
+			rec.Done(done, done.Sub(at), code, msg, 1)
 		}
 	}
 	return rec.Result()

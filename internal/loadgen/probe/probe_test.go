@@ -9,6 +9,7 @@ import (
 	"github.com/bradfitz/gomemcache/memcache"
 	"go.uber.org/goleak"
 
+	"github.com/sluice-dev/sluice/internal/loadgen/report"
 	"github.com/sluice-dev/sluice/internal/testenv"
 )
 
@@ -31,9 +32,11 @@ func TestProbeCountsAWrongAnswer(t *testing.T) {
 	addr := testenv.SharedMemcached(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
+	other := memcache.New(addr)
+	defer other.Close()
 	go func() {
 		time.Sleep(100 * time.Millisecond)
-		_ = memcache.New(addr).Set(&memcache.Item{Key: key, Value: []byte("not the probe's")})
+		_ = other.Set(&memcache.Item{Key: key, Value: []byte("not the probe's")})
 	}()
 	c := start(t, Config{Addr: addr, Every: 10 * time.Millisecond}).Run(ctx, time.Now())
 	if c.Errors < 1 || !strings.Contains(c.FirstErrors["Error"], "want the 500 stored") {
@@ -51,24 +54,32 @@ func TestProbeFailsWithoutMemcached(t *testing.T) {
 	}
 }
 
-// Tests that a get never waits behind the one before it: slots that pass
-// while a get is out (here: memcached frozen for 300 ms of a 600 ms run,
-// gets due every 10 ms) are skipped and counted dropped, so the probe
-// answers at most once per stall, not once per slot it missed.
-func TestProbeSkipsSlotsAGetOverran(t *testing.T) {
+// Tests that a get never waits behind the one before it, and that the
+// slots it overran are still timed: with memcached frozen for 300 ms of
+// the run and gets due every 10 ms, every slot is timed, about thirty of
+// them by the one get the stall held (from their own slots to its
+// answer), so the stall shows in the latency as the clients' would, and
+// the probe sends about one get per slot outside the stall, not a burst
+// after it.
+func TestProbeTimesTheSlotsAGetOverran(t *testing.T) {
 	m := testenv.StartMemcached(t)
 	p := start(t, Config{Addr: m.Addr(), Every: 10 * time.Millisecond})
-	ctx, cancel := context.WithTimeout(context.Background(), 600*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	go func() {
-		time.Sleep(100 * time.Millisecond)
-		m.Pause()
-		time.Sleep(300 * time.Millisecond)
-		m.Resume()
-	}()
-	c := p.Run(ctx, time.Now())
-	if c.Dropped < 10 || c.Scheduled != c.OK+c.Errors+c.Dropped {
-		t.Fatalf("probe = scheduled %d, ok %d, errors %d, dropped %d; want the slots of the stall skipped", c.Scheduled, c.OK, c.Errors, c.Dropped)
+	done := make(chan report.Client, 1)
+	go func() { done <- p.Run(ctx, time.Now()) }()
+	time.Sleep(100 * time.Millisecond)
+	m.Pause()
+	time.Sleep(300 * time.Millisecond)
+	m.Resume()
+	time.Sleep(100 * time.Millisecond)
+	cancel()
+	c := <-done
+	if c.Scheduled != c.Sent || c.Sent != c.OK+c.Errors || c.Latency.Count != c.Scheduled || c.Dropped != 0 {
+		t.Fatalf("probe = scheduled %d, sent %d, ok %d, errors %d, dropped %d, timed %d; want every slot timed", c.Scheduled, c.Sent, c.OK, c.Errors, c.Dropped, c.Latency.Count)
+	}
+	if c.Latency.Max < 250 || c.Latency.P90 >= c.Latency.Max {
+		t.Fatalf("probe latency %+v: want the 300 ms stall at the top of it, many slots below it", c.Latency)
 	}
 }
 
