@@ -5,12 +5,14 @@
 // guard stores the method's per-request concurrency in the request context
 // with WithLimit, and Each reads it back. A context without a limit runs
 // work one item at a time, so forgetting the guard makes a handler slow,
-// never unbounded. Fanout starts no goroutines of its own beyond those of
-// a limited errgroup.Group, and it does not retry or recover panics.
+// never unbounded. A fan-out runs its calls on at most its limit of
+// goroutines, started with an errgroup.Group, each taking the next call
+// when its last one returns; it does not retry or recover panics.
 package fanout
 
 import (
 	"context"
+	"sync/atomic"
 
 	"golang.org/x/sync/errgroup"
 )
@@ -32,7 +34,8 @@ func Limit(ctx context.Context) int {
 }
 
 // Each calls fn(ctx, i) for every i in [0, n), running at most Limit(ctx)
-// calls at once. The first error cancels the context passed to the other
+// calls at once, in order of i, on min(Limit(ctx), n) goroutines. The
+// first error cancels the context passed to the other
 // calls, stops scheduling new ones, and is returned once all running calls
 // have finished. No call starts once the context has ended.
 //
@@ -49,23 +52,35 @@ func Each(ctx context.Context, n int, fn func(ctx context.Context, i int) error)
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(min(Limit(ctx), n))
-	for i := range n {
-		if gctx.Err() != nil {
-			break
-		}
-		g.Go(func() error {
-			// The context may have ended while this call waited for a
-			// slot: a call failed, or the caller gave up.
-			if err := gctx.Err(); err != nil {
-				return err
-			}
-			return fn(gctx, i)
-		})
+	var next atomic.Int64
+	for range min(Limit(ctx), n) {
+		g.Go(func() error { return work(gctx, &next, n, fn) })
 	}
 	if err := g.Wait(); err != nil {
 		return err
 	}
 	return ctx.Err()
+}
+
+// work is one of Each's goroutines: it takes the next index not yet
+// taken and calls fn with it until none are left or ctx ends. Each's
+// calls run on its few long-lived goroutines, not one goroutine per
+// call, so a goroutine's stack grows once for all the calls it makes.
+func work(ctx context.Context, next *atomic.Int64, n int, fn func(ctx context.Context, i int) error) error {
+	for {
+		// The context may have ended since the last call: a call
+		// failed, or the caller gave up.
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		i := int(next.Add(1) - 1)
+		if i >= n {
+			return nil
+		}
+		if err := fn(ctx, i); err != nil {
+			return err
+		}
+	}
 }
 
 // inOrder is Each with one call at a time: it stops at the first error,

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -195,4 +196,33 @@ func goroutineID() string {
 	buf = buf[:runtime.Stack(buf, false)]
 	buf = bytes.TrimPrefix(buf, []byte("goroutine "))
 	return string(buf[:bytes.IndexByte(buf, ' ')])
+}
+
+// Tests that a fan-out's calls run on at most its limit of goroutines,
+// each making many calls, not on a new goroutine per call: a goroutine's
+// stack then grows once for all its calls, not once per call.
+func TestEachRunsCallsOnLimitGoroutines(t *testing.T) {
+	const limit, n = 4, 400
+	var mu sync.Mutex
+	seen := map[string]int{}
+	err := Each(WithLimit(context.Background(), limit), n, func(ctx context.Context, i int) error {
+		id := goroutineID()
+		mu.Lock()
+		seen[id]++
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Each: %v", err)
+	}
+	calls := 0
+	for _, c := range seen {
+		calls += c
+	}
+	if calls != n {
+		t.Fatalf("%d calls made, want %d", calls, n)
+	}
+	if len(seen) > limit {
+		t.Errorf("the %d calls ran on %d goroutines, want at most the limit, %d", n, len(seen), limit)
+	}
 }
