@@ -43,7 +43,10 @@ section=$(mktemp)
   echo "gRPC and the guard). Through gRPC the guard serves the batch as it serves"
   echo "any 500-URI batch by default: in 5 pieces of 100 (\`piece_items\`), two"
   echo "at a time, each with its own cache lookup, fan-out of 50 and refill."
-  echo "Each reader goes first in turn, after a garbage collection."
+  echo "Each reader goes first in turn, after a garbage collection. The"
+  echo "benchmark's process runs under the memory plan \`sluice serve\` applies"
+  echo "(the soft memory limit and \`guard.gc_percent\`, 400 by default), as a"
+  echo "deployed sluice does; the direct readers share the process, and so the plan."
   echo
   echo "Measured $(date -u +%Y-%m-%d) on $(nproc) cores ($(uname -m)), \`$CMD\`"
   echo "(run it with \`make bench\`):"
