@@ -22,6 +22,22 @@ const (
 	embedWithMed  = "app.bsky.embed.recordWithMedia"
 )
 
+// parsedPost is a post's body as the gate computation reads it, decoded
+// once per write: by prefetchGates, to read ahead what the gates depend
+// on, and by gatesOf, to compute them.
+type parsedPost struct {
+	body   postBody
+	quoted string // the URI of the post it quotes (quotedURI), or ""
+}
+
+// parsePost decodes a post's body; a body that does not decode reads as
+// a post with no reply, embed or facets.
+func parsePost(body []byte) parsedPost {
+	var p postBody
+	_ = json.Unmarshal(body, &p)
+	return parsedPost{body: p, quoted: quotedURI(p)}
+}
+
 // postBody is the part of a post its gate state depends on.
 type postBody struct {
 	Reply *struct {
@@ -62,10 +78,10 @@ type postgateBody struct {
 	EmbeddingRules []typed `json:"embeddingRules"`
 }
 
-// gatesOf computes the gate state of post u with body, reading gates and
+// gatesOf computes the gate state of post u, whose body is p, reading gates and
 // root posts from those known first (prefetchGates), then through the
 // read path.
-func (w *Writer) gatesOf(ctx context.Context, u aturi.URI, body []byte, batch known) (store.Gates, error) {
+func (w *Writer) gatesOf(ctx context.Context, u aturi.URI, p parsedPost, batch known) (store.Gates, error) {
 	var g store.Gates
 	var err error
 	if _, g.HasThreadGate, err = w.lookup(ctx, gateOf(u, ThreadgateCollection), batch); err != nil {
@@ -74,15 +90,13 @@ func (w *Writer) gatesOf(ctx context.Context, u aturi.URI, body []byte, batch kn
 	if _, g.HasPostGate, err = w.lookup(ctx, gateOf(u, PostgateCollection), batch); err != nil {
 		return g, err
 	}
-	var p postBody
-	_ = json.Unmarshal(body, &p)
-	if p.Reply != nil {
-		if g.ViolatesThreadGate, err = w.violatesThreadGate(ctx, u.DID, p.Reply.Root.URI, batch); err != nil {
+	if p.body.Reply != nil {
+		if g.ViolatesThreadGate, err = w.violatesThreadGate(ctx, u.DID, p.body.Reply.Root.URI, batch); err != nil {
 			return g, err
 		}
 	}
-	if quoted := quotedURI(p); quoted != "" {
-		if g.ViolatesEmbeddingRules, err = w.violatesEmbedding(ctx, u.DID, quoted, batch); err != nil {
+	if p.quoted != "" {
+		if g.ViolatesEmbeddingRules, err = w.violatesEmbedding(ctx, u.DID, p.quoted, batch); err != nil {
 			return g, err
 		}
 	}

@@ -2,7 +2,6 @@ package records
 
 import (
 	"context"
-	"encoding/json"
 
 	"github.com/sluice-dev/sluice/internal/aturi"
 	"github.com/sluice-dev/sluice/internal/store"
@@ -16,11 +15,12 @@ type known map[string]*store.Record
 // prefetchGates reads ahead, in one read per collection and round, the
 // records the gate state of the batch's posts depends on and the batch
 // does not hold: first each post's thread-gate and post-gate, its root's
-// thread-gate and the post-gate of the post it quotes; then the roots
+// thread-gate and the post-gate of the post it quotes (posts holds the
+// batch's posts' bodies, by position); then the roots
 // of the replies whose root has a thread-gate. Without it a batch of
 // 1,000 posts made a few thousand reads one after another, which a
 // remote store's round trips could stretch past the method's timeout.
-func (w *Writer) prefetchGates(ctx context.Context, parsed []aturi.URI, recs []store.Record, batch map[string]*store.Record) (known, error) {
+func (w *Writer) prefetchGates(ctx context.Context, parsed []aturi.URI, posts []parsedPost, batch map[string]*store.Record) (known, error) {
 	k := make(known, len(batch))
 	for uri, r := range batch {
 		k[uri] = r
@@ -31,15 +31,14 @@ func (w *Writer) prefetchGates(ctx context.Context, parsed []aturi.URI, recs []s
 			continue
 		}
 		first = append(first, gateOf(u, ThreadgateCollection), gateOf(u, PostgateCollection))
-		var p postBody
-		_ = json.Unmarshal(recs[i].JSON, &p)
+		p := posts[i].body
 		if p.Reply != nil {
 			if root, err := aturi.ParseIn(p.Reply.Root.URI, PostCollection); err == nil {
 				first = append(first, gateOf(root, ThreadgateCollection))
 				roots = append(roots, p.Reply.Root.URI)
 			}
 		}
-		if quoted, err := aturi.ParseIn(quotedURI(p), PostCollection); err == nil && quoted.DID != u.DID {
+		if quoted, err := aturi.ParseIn(posts[i].quoted, PostCollection); err == nil && quoted.DID != u.DID {
 			first = append(first, gateOf(quoted, PostgateCollection))
 		}
 	}

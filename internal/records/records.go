@@ -115,7 +115,13 @@ func (w *Writer) Put(ctx context.Context, recs []store.Record) (int, error) {
 		parsed[i] = u
 		batch[recs[i].URI] = &recs[i]
 	}
-	k, err := w.prefetchGates(ctx, parsed, recs, batch)
+	posts := make([]parsedPost, len(recs))
+	for i := range recs {
+		if parsed[i].Collection == PostCollection {
+			posts[i] = parsePost(recs[i].JSON)
+		}
+	}
+	k, err := w.prefetchGates(ctx, parsed, posts, batch)
 	if err != nil {
 		return 0, err
 	}
@@ -123,7 +129,7 @@ func (w *Writer) Put(ctx context.Context, recs []store.Record) (int, error) {
 		if parsed[i].Collection != PostCollection {
 			continue
 		}
-		g, err := w.gatesOf(ctx, parsed[i], recs[i].JSON, k)
+		g, err := w.gatesOf(ctx, parsed[i], posts[i], k)
 		if err != nil {
 			return 0, err
 		}
