@@ -251,11 +251,14 @@ func (b *Budgets) Spend(name string, cost int64, now time.Time) (Spent, *Refusal
 	if c.inflight+cost > bud.MaxInflightItems {
 		return Spent{}, refuse(OverInflight, 0)
 	}
-	r := c.limiter.ReserveN(now, int(cost))
-	if d := r.DelayFrom(now); d > 0 {
-		r.CancelAt(now)
-		return Spent{}, refuse(OverRate, d)
+	// A refusal leaves the limiter as it was: a reservation made and
+	// cancelled would leave its future time as the limiter's last event,
+	// and a later Refund, which cancels as of its own charge, would give
+	// back less by the refused request's shortfall.
+	if short := float64(cost) - c.limiter.TokensAt(now); short > 0 {
+		return Spent{}, refuse(OverRate, time.Duration(short/bud.ItemsPerSecond*float64(time.Second)))
 	}
+	r := c.limiter.ReserveN(now, int(cost))
 	c.inflight += cost
 	return Spent{b: b, c: c, cost: cost, r: *r, at: now}, nil
 }

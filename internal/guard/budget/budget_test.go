@@ -287,3 +287,26 @@ func TestRefundGivesTheItemsBack(t *testing.T) {
 		t.Fatalf("150 items again after work was done: %+v, want a rate refusal", ref)
 	}
 }
+
+// Tests that a charge refunded after another request of the client was
+// refused for its rate gets all its items back: the refusal takes
+// nothing from the bucket, not even from the refunds that follow it.
+func TestRefundAfterARateRefusalGivesAllTheItemsBack(t *testing.T) {
+	b := mustNew(t, testConfig())
+	shed, ref := b.Spend("x", 600, t0) // 400 left of the burst of 1,000
+	if ref != nil {
+		t.Fatal(ref)
+	}
+	done, ref := b.Spend("x", 300, t0) // 100 left
+	if ref != nil {
+		t.Fatal(ref)
+	}
+	done.Release()
+	if _, ref := b.Spend("x", 200, t0); ref == nil || ref.Reason != OverRate {
+		t.Fatalf("200 items with 100 left: %+v, want a rate refusal", ref)
+	}
+	shed.Refund() // 700 left
+	if _, ref := b.Spend("x", 700, t0); ref != nil {
+		t.Fatalf("700 items after the 600 were refunded with 100 left: %v, want admitted", ref)
+	}
+}
