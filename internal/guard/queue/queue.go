@@ -319,7 +319,7 @@ func (q *Queue) enter(r Request) (*waiter, error) {
 	if len(q.waiters) >= q.cfg.MaxWaiters {
 		v := q.batchVictim(r)
 		if v == nil {
-			v = q.victim(q.fair.flows[r.Flow], q.fair.lead(q.fair.flows[r.Flow], r.Cost, r.Weight, now), now)
+			v = q.victim(q.fair.flows[r.Flow], q.fair.lead(q.fair.flows[r.Flow], r.Cost, r.Weight, now), r.Batch, now)
 		}
 		if v == nil {
 			return nil, q.refuse(fmt.Errorf("%w: %d requests already wait for capacity", ErrShed, len(q.waiters)))
@@ -431,7 +431,7 @@ func (q *Queue) spare(w *waiter, now time.Time) bool {
 	if left <= 0 || w.req.Batch {
 		return false
 	}
-	v := q.victim(w.flow, q.fair.lead(w.flow, 0, 0, now), now)
+	v := q.victim(w.flow, q.fair.lead(w.flow, 0, 0, now), false, now)
 	if v == nil {
 		return false
 	}
@@ -445,12 +445,15 @@ func (q *Queue) spare(w *waiter, now time.Time) bool {
 // victim returns the oldest waiter, not a Continues one, of the flow
 // with the largest lead, if that lead is larger than lead, the flow is
 // not fl and it has used at least its share of late (a flow under its
-// share is never shed for another's sake); nil otherwise.
-func (q *Queue) victim(fl *flow, lead float64, now time.Time) *waiter {
+// share is never shed for another's sake); nil otherwise. With
+// batchOnly (for a batch arrival, which never takes an interactive
+// waiter's place) only batch waiters are considered.
+func (q *Queue) victim(fl *flow, lead float64, batchOnly bool, now time.Time) *waiter {
 	mean, shares := q.fair.meanUsage(now) // once: victim runs per waiter in onStanding
+	eligible := func(w *waiter) bool { return !w.req.Continues && (w.req.Batch || !batchOnly) }
 	var worst *flow
 	for _, w := range q.waiters {
-		if w.flow == fl || w.flow == worst || w.req.Continues || shares && w.flow.underShare(mean, now) {
+		if w.flow == fl || w.flow == worst || !eligible(w) || shares && w.flow.underShare(mean, now) {
 			continue
 		}
 		if l := q.fair.lead(w.flow, 0, 0, now); l > lead {
@@ -458,7 +461,7 @@ func (q *Queue) victim(fl *flow, lead float64, now time.Time) *waiter {
 		}
 	}
 	for _, w := range q.waiters {
-		if w.flow == worst && !w.req.Continues {
+		if w.flow == worst && eligible(w) {
 			return w
 		}
 	}
