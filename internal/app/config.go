@@ -308,17 +308,18 @@ func (c Config) MemoryPlan() guard.MemoryPlan { return c.guardConfig().Memory() 
 
 // checkTombstoneTTL refuses a tombstone that could expire before a read
 // that fetched the record before the write has refilled it: such a read
-// lasts at most its request's timeout (a split batch's own, when a
-// method gives one) and its refill the cache's timeout, and memcached
-// counts expiry in whole seconds, so a tombstone of tombstone_ttl can be
-// gone a second early.
+// waits for a refill connection at most until its request's timeout (a
+// split batch's own, when a method gives one), then may dial one and
+// write its refill, each within the cache's timeout; and memcached counts
+// expiry in whole seconds, so a tombstone of tombstone_ttl can be gone a
+// second early.
 func (c Config) checkTombstoneTTL() error {
 	longest, which := c.longestTimeout()
-	need := longest + c.Cache.Timeout + time.Second
+	need := longest + 2*c.Cache.Timeout + time.Second
 	if c.Cache.TombstoneTTL >= need {
 		return nil
 	}
-	return fmt.Errorf("config: cache tombstone_ttl %v must be at least %v: the longest request timeout (%v, %s) plus the cache timeout (%v) plus 1s (memcached counts expiry in whole seconds), or a slow read could refill a stale record after the tombstone expired", c.Cache.TombstoneTTL, need, longest, which, c.Cache.Timeout)
+	return fmt.Errorf("config: cache tombstone_ttl %v must be at least %v: the longest request timeout (%v, %s) plus twice the cache timeout (%v: a refill's dial and its write) plus 1s (memcached counts expiry in whole seconds), or a slow read could refill a stale record after the tombstone expired", c.Cache.TombstoneTTL, need, longest, which, c.Cache.Timeout)
 }
 
 // checkTakedownTimeouts refuses write methods that cannot wait out the

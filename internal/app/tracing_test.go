@@ -27,7 +27,7 @@ func TestTracesThroughRealGRPCCall(t *testing.T) {
 		// timeout; a busy machine must not cut it short, or the warm read
 		// would miss.
 		c.Cache.Timeout = 10 * time.Second
-		c.Cache.TombstoneTTL = 15 * time.Second // outlives a request and its refill
+		c.Cache.TombstoneTTL = 25 * time.Second // outlives a request and its refill
 		// One handler call per RPC (no pieces), so one posts.Get span
 		// under each server span.
 		c.Guard.PieceItems = 1000

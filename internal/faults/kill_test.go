@@ -59,7 +59,7 @@ func killRun(t *testing.T, disabled bool) []string {
 	c, conn := startJournalServer(t, proxy.Listen, `cache:
   timeout: 1s
   breaker_failures: 1000
-  tombstone_ttl: 7s
+  tombstone_ttl: 8s
 guard:
   methods:
     sluice.v1.Records/UpdateTakedowns: {timeout: 5s}
