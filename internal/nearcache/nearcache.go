@@ -101,6 +101,11 @@ type Cache struct {
 	ttl    time.Duration
 	check  func(key string, e cache.Entry) bool // nil: keep every entry, unchecked
 	mem    *otter.Cache[uint64, held]           // by the key's hash; nil when off
+	// counts counts the reads answered from memory (hits), those that
+	// were not (misses), and the entries dropped at the end of their TTL
+	// (evictions). The cache counts them itself, not otter: otter counts
+	// a stored entry as a hit even when its URI or read time make it a
+	// miss, and counts keep's stores as reads.
 	counts *stats.Counter
 	// overflows counts entries evicted for the byte cap.
 	overflows atomic.Uint64
@@ -129,6 +134,27 @@ type Cache struct {
 	// being stored between its maintenance runs.
 	bytes    atomic.Int64
 	maxBytes int64
+	// hooks let tests act between keep's steps; they do nothing otherwise.
+	hooks keepHooks
+}
+
+// keepHooks are called by keep just before and just after it stores an
+// entry; tests set them to run an invalidation or a read between the
+// steps.
+type keepHooks struct {
+	before, after func()
+}
+
+func (k keepHooks) beforeStore() {
+	if k.before != nil {
+		k.before()
+	}
+}
+
+func (k keepHooks) afterStore() {
+	if k.after != nil {
+		k.after()
+	}
 }
 
 // storingShare: a 1/storingShare of the byte cap is kept for entries
@@ -167,12 +193,14 @@ func New(cfg Config, shared Shared, opts ...Option) (*Cache, error) {
 		MaximumWeight:    uint64(cfg.MaxBytes - cfg.MaxBytes/storingShare),
 		Weigher:          weigh,
 		ExpiryCalculator: otter.ExpiryWriting[uint64, held](cfg.TTL),
-		StatsRecorder:    c.counts,
 		OnAtomicDeletion: func(e otter.DeletionEvent[uint64, held]) {
 			c.held[e.Key%heldSlots].Add(-1)
 			c.bytes.Add(-int64(weigh(e.Key, e.Value)))
-			if e.Cause == otter.CauseOverflow {
+			switch e.Cause {
+			case otter.CauseOverflow:
 				c.overflows.Add(1)
+			case otter.CauseExpiration:
+				c.counts.RecordEviction(weigh(e.Key, e.Value))
 			}
 		},
 		// Maintenance runs on the goroutine that reads or writes, under
@@ -222,7 +250,7 @@ func (c *Cache) Lookup(ctx context.Context, uris []string, into []cache.Answer) 
 	var missAt []int // misses[k] is uris[missAt[k]]
 	var missed []miss
 	now := time.Now()
-	hits, unheld := 0, 0
+	hits := 0
 	for i, uri := range uris {
 		e, ok, m := c.lookup(uri, now)
 		if ok {
@@ -230,15 +258,9 @@ func (c *Cache) Lookup(ctx context.Context, uris []string, into []cache.Answer) 
 			hits++
 			continue
 		}
-		if m.unheld {
-			unheld++
-		}
 		misses = append(misses, uri)
 		missAt = append(missAt, i)
 		missed = append(missed, m)
-	}
-	if unheld > 0 {
-		c.counts.RecordMisses(unheld) // the lookups skipped are misses too
 	}
 	if len(misses) == 0 {
 		return hits
@@ -271,9 +293,6 @@ func (c *Cache) Get(ctx context.Context, uri string) (cache.Entry, bool) {
 	if ok {
 		return e, true
 	}
-	if m.unheld {
-		c.counts.RecordMisses(1) // the lookup skipped is a miss too
-	}
 	if e, ok = c.shared.Get(ctx, uri); !ok {
 		return e, false
 	}
@@ -287,14 +306,18 @@ func (c *Cache) lookup(uri string, now time.Time) (cache.Entry, bool, miss) {
 	return c.lookupHashed(uri, c.hash(uri), now)
 }
 
-// lookupHashed is lookup of uri, whose hash is hash.
+// lookupHashed is lookup of uri, whose hash is hash; it counts the hit
+// or miss.
 func (c *Cache) lookupHashed(uri string, hash uint64, now time.Time) (cache.Entry, bool, miss) {
 	if c.held[hash%heldSlots].Load() == 0 {
-		return cache.Entry{}, false, miss{hash: hash, before: c.gen(hash).Load(), unheld: true}
+		c.counts.RecordMisses(1)
+		return cache.Entry{}, false, miss{hash: hash, before: c.gen(hash).Load()}
 	}
 	if h, ok := c.mem.GetIfPresent(hash); ok && h.uri == uri && now.Sub(h.readAt) < c.ttl {
+		c.counts.RecordHits(1)
 		return h.entry, true, miss{}
 	}
+	c.counts.RecordMisses(1)
 	return cache.Entry{}, false, miss{hash: hash, before: c.gen(hash).Load()}
 }
 
@@ -321,27 +344,40 @@ func (c *Cache) accepts(uri string, e *cache.Entry) bool {
 	return true
 }
 
-// miss is a key the shared cache is asked for: its hash, its write
-// counter when the read began, and whether its lookup was skipped (no
-// entry held in its hash slot).
+// miss is a key the shared cache is asked for: its hash and its write
+// counter when the read began.
 type miss struct {
 	hash, before uint64
-	unheld       bool
 }
 
 // keep stores h unless an invalidation of its URI began after the read
-// that returned it did. Checking after the store closes the race with an
-// Invalidate between the check and the store: either this check sees the
-// counter moved, or that Invalidate's delete comes after this store.
+// that returned it did. The counter is checked again as the entry is
+// stored, under the lock of the key's bucket, which Forget's delete takes
+// too: either the store comes first and the delete removes the entry, or
+// the store sees the counter moved and stores nothing. So no reader finds
+// the entry once Forget has returned; checking after the store instead
+// would leave it readable for a moment after.
 func (c *Cache) keep(h held, m miss) {
 	g := c.gen(m.hash)
-	if g.Load() != m.before || !c.reserve(int64(weigh(m.hash, h))) {
+	w := int64(weigh(m.hash, h))
+	if g.Load() != m.before || !c.reserve(w) {
 		return
 	}
-	c.held[m.hash%heldSlots].Add(1) // before the store, so a reader never skips a held entry
-	c.mem.Set(m.hash, h)
-	if g.Load() != m.before {
-		c.mem.Invalidate(m.hash)
+	slot := &c.held[m.hash%heldSlots]
+	slot.Add(1) // before the store, so a reader never skips a held entry
+	c.hooks.beforeStore()
+	stored := false
+	c.mem.Compute(m.hash, func(old held, found bool) (held, otter.ComputeOp) {
+		if g.Load() != m.before {
+			return old, otter.CancelOp
+		}
+		stored = true
+		return h, otter.WriteOp
+	})
+	c.hooks.afterStore()
+	if !stored {
+		slot.Add(-1)
+		c.bytes.Add(-w)
 	}
 }
 
@@ -437,7 +473,7 @@ type Stats struct {
 	Hits      uint64
 	Misses    uint64
 	Evictions uint64 // entries dropped to stay under the byte cap
-	Expired   uint64 // entries dropped at the end of their TTL
+	Expired   uint64 // entries dropped at the end of their TTL (when otter's maintenance finds them)
 	Bytes     uint64 // weighed bytes held now, with those being stored
 	MaxBytes  uint64
 }
@@ -453,7 +489,7 @@ func (c *Cache) Stats() Stats {
 		Hits:      s.Hits,
 		Misses:    s.Misses,
 		Evictions: c.overflows.Load(),
-		Expired:   s.Evictions - min(s.Evictions, c.overflows.Load()),
+		Expired:   s.Evictions,
 		Bytes:     uint64(c.bytes.Load()),
 		MaxBytes:  uint64(c.maxBytes),
 	}

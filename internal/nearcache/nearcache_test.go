@@ -535,3 +535,36 @@ func TestEntryOverAnEighthOfTheCapIsNotKept(t *testing.T) {
 		t.Fatalf("stats report %d bytes held for one light entry", st.Bytes)
 	}
 }
+
+// Tests that a value a read fetched before a write's Forget is never
+// readable from memory once that Forget has returned, not even for a
+// moment while the read stores it: the Forget lands between the read's
+// check of the write counter and its store, and a read made right after
+// the store must miss.
+func TestOldValueNotReadableOnceForgetReturned(t *testing.T) {
+	ctx := testContext(t)
+	shared := sharedCache(t)
+	near := newNear(t, Config{TTL: MaxTTL, MaxBytes: 1 << 20}, shared)
+	uri := uniqueURIs(t, 1)[0]
+	shared.Fill(ctx, map[string]cache.Entry{uri: {Value: []byte("old")}})
+	near.Get(ctx, uri) // the doorkeeper notes the key: its next answer is kept
+
+	var seen []string
+	near.hooks.before = func() { near.Forget([]string{uri}) } // the write's invalidation, acknowledged
+	near.hooks.after = func() {
+		if e, ok, _ := near.lookup(uri, time.Now()); ok {
+			seen = append(seen, string(e.Value))
+		}
+	}
+	got, ok := near.Get(ctx, uri)
+	near.hooks = keepHooks{}
+	if !ok || string(got.Value) != "old" {
+		t.Fatalf("the read returned %q, %v; want the old value it fetched", got.Value, ok)
+	}
+	if len(seen) > 0 {
+		t.Fatalf("a read after Forget returned found %q in memory", seen)
+	}
+	if e, ok, _ := near.lookup(uri, time.Now()); ok {
+		t.Fatalf("%q was kept in memory after Forget returned", e.Value)
+	}
+}
