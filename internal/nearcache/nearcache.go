@@ -473,7 +473,7 @@ type Stats struct {
 	Hits      uint64
 	Misses    uint64
 	Evictions uint64 // entries dropped to stay under the byte cap
-	Expired   uint64 // entries dropped at the end of their TTL (when otter's maintenance finds them)
+	Expired   uint64 // entries removed (by maintenance, a delete or a store) after their TTL ended
 	Bytes     uint64 // weighed bytes held now, with those being stored
 	MaxBytes  uint64
 }

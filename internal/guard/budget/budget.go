@@ -255,8 +255,9 @@ func (b *Budgets) Spend(name string, cost int64, now time.Time) (Spent, *Refusal
 	// cancelled would leave its future time as the limiter's last event,
 	// and a later Refund, which cancels as of its own charge, would give
 	// back less by the refused request's shortfall.
-	if short := float64(cost) - c.limiter.TokensAt(now); short > 0 {
-		return Spent{}, refuse(OverRate, time.Duration(short/bud.ItemsPerSecond*float64(time.Second)))
+	short := float64(cost) - c.limiter.TokensAt(now)
+	if d := time.Duration(short / bud.ItemsPerSecond * float64(time.Second)); d > 0 {
+		return Spent{}, refuse(OverRate, d)
 	}
 	r := c.limiter.ReserveN(now, int(cost))
 	c.inflight += cost
