@@ -101,15 +101,15 @@ type Cache struct {
 	ttl    time.Duration
 	check  func(key string, e cache.Entry) bool // nil: keep every entry, unchecked
 	mem    *otter.Cache[uint64, held]           // by the key's hash; nil when off
-	// counts counts the reads answered from memory (hits), those that
-	// were not (misses), and the entries dropped at the end of their TTL
-	// (evictions). The cache counts them itself, not otter: otter counts
-	// a stored entry as a hit even when its URI or read time make it a
-	// miss, and counts keep's stores as reads.
+	// counts counts the reads answered from memory (hits) and those that
+	// were not (misses). The cache counts them itself, not otter: otter
+	// counts a stored entry as a hit even when its URI or read time make
+	// it a miss, and counts keep's stores as reads.
 	counts *stats.Counter
-	// overflows counts entries evicted for the byte cap.
-	overflows atomic.Uint64
-	seed      maphash.Seed
+	// overflows counts entries evicted for the byte cap, expired those
+	// removed after their TTL ended.
+	overflows, expired atomic.Uint64
+	seed               maphash.Seed
 	// gens counts invalidations per hash slot of the key: a read from the
 	// shared cache keeps its answer only if its key's counter did not
 	// move while it was in flight.
@@ -200,7 +200,7 @@ func New(cfg Config, shared Shared, opts ...Option) (*Cache, error) {
 			case otter.CauseOverflow:
 				c.overflows.Add(1)
 			case otter.CauseExpiration:
-				c.counts.RecordEviction(weigh(e.Key, e.Value))
+				c.expired.Add(1)
 			}
 		},
 		// Maintenance runs on the goroutine that reads or writes, under
@@ -489,7 +489,7 @@ func (c *Cache) Stats() Stats {
 		Hits:      s.Hits,
 		Misses:    s.Misses,
 		Evictions: c.overflows.Load(),
-		Expired:   s.Evictions,
+		Expired:   c.expired.Load(),
 		Bytes:     uint64(c.bytes.Load()),
 		MaxBytes:  uint64(c.maxBytes),
 	}

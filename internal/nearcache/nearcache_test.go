@@ -568,3 +568,29 @@ func TestOldValueNotReadableOnceForgetReturned(t *testing.T) {
 		t.Fatalf("%q was kept in memory after Forget returned", e.Value)
 	}
 }
+
+// Tests that an entry removed after its TTL ended is counted as expired,
+// not as evicted for the byte cap.
+func TestExpiredEntriesAreCounted(t *testing.T) {
+	ctx := testContext(t)
+	shared := sharedCache(t)
+	near := newNear(t, Config{TTL: 50 * time.Millisecond, MaxBytes: 1 << 20}, shared)
+	uri := uniqueURIs(t, 1)[0]
+	shared.Fill(ctx, map[string]cache.Entry{uri: {Value: []byte("v")}})
+	near.Get(ctx, uri)
+	near.Get(ctx, uri) // the second answer is kept
+	if _, ok, _ := near.lookup(uri, time.Now()); !ok {
+		t.Fatal("the entry was not kept")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for near.Stats().Expired == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("stats %+v 10 s after a 50 ms TTL: want the entry counted as expired", near.Stats())
+		}
+		time.Sleep(20 * time.Millisecond)
+		near.mem.CleanUp()
+	}
+	if s := near.Stats(); s.Expired != 1 || s.Evictions != 0 || s.Bytes != 0 {
+		t.Fatalf("stats %+v: want one entry expired, none evicted, no bytes held", s)
+	}
+}
