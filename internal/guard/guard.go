@@ -50,7 +50,6 @@ import (
 	"github.com/sluice-dev/sluice/internal/guard/connlimit"
 	"github.com/sluice-dev/sluice/internal/guard/queue"
 	"github.com/sluice-dev/sluice/internal/identity"
-	"golang.org/x/sync/semaphore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
@@ -76,7 +75,7 @@ type Server struct {
 	methods  map[string]*method // by full method, "/pkg.Svc/M"
 	items    *queue.Queue
 	limiter  *adaptive.Limiter
-	requests *semaphore.Weighted
+	requests *queue.Queue // request slots, one per request, fairly across clients
 	budgets  *budget.Budgets
 	service  *estimates
 	unlisted unlistedFlows
@@ -138,6 +137,10 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	requests, err := queue.New(cfg.requestQueueConfig(), nil)
+	if err != nil {
+		return nil, err
+	}
 	budgets, err := budget.New(cfg.Admission)
 	if err != nil {
 		return nil, err
@@ -151,7 +154,7 @@ func New(cfg Config, opts ...Option) (*Server, error) {
 		methods:  map[string]*method{},
 		items:    items,
 		limiter:  limiter,
-		requests: semaphore.NewWeighted(cfg.MaxInflightRequests),
+		requests: requests,
 		budgets:  budgets,
 		service:  newEstimates(),
 		observer: nopObserver{},

@@ -135,7 +135,7 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 // the deadline against the expected service time, the client's budget,
 // then the process-wide request slots and item queue.
 func (s *Server) admit(ctx context.Context, fullMethod, client string, cost int64, batch bool) (admission, string, error) {
-	request, reason, err := s.admitRequest(ctx, fullMethod, client, cost)
+	request, reason, err := s.admitRequest(ctx, fullMethod, client, cost, batch)
 	if err != nil {
 		return admission{}, reason, err
 	}
@@ -163,7 +163,7 @@ func (a admission) release() {
 // admitRequest checks the deadline against the time requests of cost
 // items take now, charges cost to the client's budget, and takes one of
 // the process-wide request slots.
-func (s *Server) admitRequest(ctx context.Context, fullMethod, client string, cost int64) (admittedRequest, string, error) {
+func (s *Server) admitRequest(ctx context.Context, fullMethod, client string, cost int64, batch bool) (admittedRequest, string, error) {
 	name := shortName(fullMethod)
 	deadline, _ := ctx.Deadline()
 	expected := s.service.expect(fullMethod, cost)
@@ -176,50 +176,45 @@ func (s *Server) admitRequest(ctx context.Context, fullMethod, client string, co
 	if refusal != nil {
 		return admittedRequest{}, ReasonQuota, overBudget(name, refusal, max(refusal.RetryAfter, expected, minRetryDelay))
 	}
-	if err := s.acquireRequestSlot(ctx, fullMethod, cost); err != nil {
+	slot, err := s.takeRequestSlot(ctx, fullMethod, client, cost, batch)
+	if err != nil {
 		spent.Refund()
-		return admittedRequest{}, ReasonOverload, overloaded(name, fmt.Sprintf("all %d request slots stayed busy", s.cfg.MaxInflightRequests), s.cfg.QueueInterval)
+		return admittedRequest{}, ReasonOverload, overloaded(name, fmt.Sprintf("all %d request slots stayed busy (%v)", s.cfg.MaxInflightRequests, err), s.cfg.QueueInterval)
 	}
-	return admittedRequest{s: s, spent: spent}, "", nil
+	return admittedRequest{slot: slot, spent: spent}, "", nil
 }
 
 // admittedRequest is a request's process-wide request slot and its
 // charge to the client's budget. A value, not a closure, so that
 // admission allocates nothing for its release.
 type admittedRequest struct {
-	s     *Server
+	slot  queue.Grant
 	spent budget.Spent
 }
 
 // release gives back the request slot, then the budget charge. It must
 // be called exactly once.
 func (a admittedRequest) release() {
-	a.s.requests.Release(1)
+	a.slot.Release()
 	a.spent.Release()
 }
 
 // refund is release for a request shed before any work: its items go
 // back to the client's budget too (budget.Spent.Refund).
 func (a admittedRequest) refund() {
-	a.s.requests.Release(1)
+	a.slot.Release()
 	a.spent.Refund()
 }
 
-// acquireRequestSlot takes one of the process-wide request slots for a
-// request of cost items, waiting for one only when none is free, and no
-// later than it could wait for items (latestStart).
-func (s *Server) acquireRequestSlot(ctx context.Context, fullMethod string, cost int64) error {
-	if s.requests.TryAcquire(1) {
-		return nil
-	}
-	var cancel context.CancelFunc
-	if startBy := s.latestStart(ctx, fullMethod, cost); startBy.IsZero() {
-		ctx, cancel = context.WithCancel(ctx)
-	} else {
-		ctx, cancel = context.WithDeadline(ctx, startBy)
-	}
-	defer cancel()
-	return s.requests.Acquire(ctx, 1)
+// takeRequestSlot takes one of the process-wide request slots for a
+// request of cost items. With every slot taken it waits in client's
+// flow of the request slots' fair queue, so that the next slot freed
+// goes to the caller furthest under its share, not to whoever waited
+// longest, for as long as the controlled-delay rule allows and no later
+// than it could wait for items (latestStart).
+func (s *Server) takeRequestSlot(ctx context.Context, fullMethod, client string, cost int64, batch bool) (queue.Grant, error) {
+	flow, weight := s.unlisted.flowOf(s.budgets.Config(), client, time.Now())
+	return s.requests.Take(ctx, queue.Request{Cost: 1, Batch: batch, StartBy: s.latestStart(ctx, fullMethod, cost), Flow: flow, Weight: weight})
 }
 
 // latestStart is the latest time a request of fullMethod, left items of

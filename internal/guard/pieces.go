@@ -51,7 +51,7 @@ func (s *Server) servePieces(ctx context.Context, r Request, m *method, req prot
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(ctx, m.policy.Timeout)
 	defer cancel()
-	admitted, reason, err := s.admitRequest(ctx, r.Method, r.Client, int64(r.Items))
+	admitted, reason, err := s.admitRequest(ctx, r.Method, r.Client, int64(r.Items), batch)
 	if err != nil {
 		s.observer.Rejected(ctx, r, reason)
 		return nil, err

@@ -218,6 +218,16 @@ func (c Config) queueConfig() queue.Config {
 		Reserve: min(max(reserve, 0), c.MaxInflightItems)}
 }
 
+// requestQueueConfig is the request slots' share of the config: a
+// queue of max_inflight_requests slots, each request costing one, so
+// that when every slot is taken the next goes to the caller furthest
+// under its fair share, not to the longest waiter, under the same
+// controlled-delay rule as items. No request passes the queue (no
+// reserve): a slot is a goroutine and a request's memory.
+func (c Config) requestQueueConfig() queue.Config {
+	return queue.Config{Capacity: c.MaxInflightRequests, MaxWaiters: c.MaxQueuedRequests, Target: c.QueueTarget, Interval: c.QueueInterval}
+}
+
 // adaptiveConfig is the item limit controller's share of the config.
 func (c Config) adaptiveConfig() adaptive.Config {
 	lo := c.MinInflightItems
