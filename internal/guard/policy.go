@@ -85,8 +85,10 @@ type Config struct {
 	// MaxRecvMsgBytes is the largest request message the transport
 	// decodes; larger ones are refused before they reach memory.
 	MaxRecvMsgBytes int `yaml:"max_recv_msg_bytes"`
-	// MaxQueuedRequests bounds the requests waiting for item capacity;
-	// an arrival that finds the queue full is shed at once.
+	// MaxQueuedRequests bounds the requests waiting for item capacity
+	// (later pieces of a batch aside, two at most per request) and those
+	// waiting for a request slot; an arrival that finds its queue full
+	// is shed at once.
 	MaxQueuedRequests int `yaml:"max_queued_requests"`
 	// QueueTarget is the longest wait for item capacity once the queue
 	// has stood (not emptied) for QueueInterval: CoDel's M.

@@ -75,7 +75,9 @@ var (
 type Config struct {
 	// Capacity is how many items may be admitted at once.
 	Capacity int64
-	// MaxWaiters bounds the queue; an arrival that finds it full is shed.
+	// MaxWaiters bounds the queue's new requests; an arrival that finds
+	// it full is shed. Continues requests do not count (their callers
+	// bound them, see Request.Continues).
 	MaxWaiters int
 	// Target is M: the longest wait in a standing queue.
 	Target time.Duration
@@ -147,6 +149,11 @@ type Request struct {
 	// may wait up to its StartBy (Interval without one), is never held
 	// to Target nor shed for another's sake, and goes before the new
 	// requests of its flow. Shedding happens at a request's first piece.
+	// The caller bounds how many wait (the guard: two per request holding
+	// a request slot), so they neither count against MaxWaiters nor are
+	// refused for a full queue: a queue full of later pieces, which no
+	// arrival may shed, would otherwise refuse every caller, light ones
+	// too.
 	Continues bool
 }
 
@@ -172,6 +179,7 @@ type Queue struct {
 	inUse     int64
 	fair      fairState
 	waiters   []*waiter // in arrival order
+	continues int       // how many of waiters are Continues ones
 	lastEmpty time.Time // the last time waiters was empty
 	stopCheck func() bool
 	shed      int64
@@ -316,13 +324,13 @@ func (q *Queue) enter(r Request) (*waiter, error) {
 		return nil, q.refuse(fmt.Errorf("%w: no capacity for %d items and no time left to wait", ErrShed, r.Cost))
 	}
 	shed := false
-	if len(q.waiters) >= q.cfg.MaxWaiters {
+	if !r.Continues && len(q.waiters)-q.continues >= q.cfg.MaxWaiters {
 		v := q.batchVictim(r)
 		if v == nil {
-			v = q.victim(q.fair.flows[r.Flow], q.fair.lead(q.fair.flows[r.Flow], r.Cost, r.Weight, now), r.Batch, now)
+			v = q.victim(q.fair.flows[r.Flow], q.fair.lead(q.fair.flows[r.Flow], r.Cost, r.Weight, now), now)
 		}
 		if v == nil {
-			return nil, q.refuse(fmt.Errorf("%w: %d requests already wait for capacity", ErrShed, len(q.waiters)))
+			return nil, q.refuse(fmt.Errorf("%w: %d requests already wait for capacity, the most the queue holds", ErrShed, len(q.waiters)-q.continues))
 		}
 		why := "a caller under its fair share arrived"
 		if v.req.Batch && !r.Batch {
@@ -346,6 +354,9 @@ func (q *Queue) enter(r Request) (*waiter, error) {
 		q.stopCheck = q.clock.AfterFunc(q.cfg.Interval, q.onStanding)
 	}
 	q.waiters = append(q.waiters, w)
+	if r.Continues {
+		q.continues++
+	}
 	w.stop = q.clock.AfterFunc(wait, func() { q.expire(w) })
 	if shed {
 		// The waiter shed may have been the one at the head that did
@@ -431,7 +442,7 @@ func (q *Queue) spare(w *waiter, now time.Time) bool {
 	if left <= 0 || w.req.Batch {
 		return false
 	}
-	v := q.victim(w.flow, q.fair.lead(w.flow, 0, 0, now), false, now)
+	v := q.victim(w.flow, q.fair.lead(w.flow, 0, 0, now), now)
 	if v == nil {
 		return false
 	}
@@ -445,15 +456,15 @@ func (q *Queue) spare(w *waiter, now time.Time) bool {
 // victim returns the oldest waiter, not a Continues one, of the flow
 // with the largest lead, if that lead is larger than lead, the flow is
 // not fl and it has used at least its share of late (a flow under its
-// share is never shed for another's sake); nil otherwise. With
-// batchOnly (for a batch arrival, which never takes an interactive
-// waiter's place) only batch waiters are considered.
-func (q *Queue) victim(fl *flow, lead float64, batchOnly bool, now time.Time) *waiter {
+// share is never shed for another's sake); nil otherwise. It is asked
+// for an interactive waiter's sake only: a batch request is refused
+// rather than queued while others wait, and a later piece is never
+// refused for a full queue.
+func (q *Queue) victim(fl *flow, lead float64, now time.Time) *waiter {
 	mean, shares := q.fair.meanUsage(now) // once: victim runs per waiter in onStanding
-	eligible := func(w *waiter) bool { return !w.req.Continues && (w.req.Batch || !batchOnly) }
 	var worst *flow
 	for _, w := range q.waiters {
-		if w.flow == fl || w.flow == worst || !eligible(w) || shares && w.flow.underShare(mean, now) {
+		if w.flow == fl || w.flow == worst || w.req.Continues || shares && w.flow.underShare(mean, now) {
 			continue
 		}
 		if l := q.fair.lead(w.flow, 0, 0, now); l > lead {
@@ -461,7 +472,7 @@ func (q *Queue) victim(fl *flow, lead float64, batchOnly bool, now time.Time) *w
 		}
 	}
 	for _, w := range q.waiters {
-		if w.flow == worst && eligible(w) {
+		if w.flow == worst && !w.req.Continues {
 			return w
 		}
 	}
@@ -596,6 +607,9 @@ func (q *Queue) remove(w *waiter) bool {
 		return false
 	}
 	q.waiters = slices.Delete(q.waiters, i, i+1)
+	if w.req.Continues {
+		q.continues--
+	}
 	now := q.clock.Now()
 	w.flow.queued -= w.req.Cost
 	q.fair.leave(w.flow, now)

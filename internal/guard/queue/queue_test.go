@@ -813,6 +813,35 @@ func TestContinuingPieceKeepsItsWait(t *testing.T) {
 	r.release()
 }
 
+// Tests that later pieces waiting do not fill the queue: with as many
+// of a heavy flow's continuing pieces waiting as the queue holds new
+// requests, a light caller's request still queues (no arrival may shed
+// a later piece, so counting them would refuse everyone) and is served
+// first in fair order.
+func TestContinuingPiecesDoNotFillTheQueue(t *testing.T) {
+	h := newHarness(t, 10, 2)
+	hold := h.acquireNow(Request{Cost: 10, Flow: "bulk"})
+	out := make(chan result, 3)
+	h.wait(h.ctx, 1, Request{Cost: 10, Flow: "bulk", Continues: true}, out)
+	h.wait(h.ctx, 2, Request{Cost: 10, Flow: "bulk", Continues: true}, out)
+	go func() {
+		release, err := h.q.Acquire(h.ctx, Request{Cost: 1, Flow: "feed"})
+		out <- result{3, release, err}
+	}()
+	h.until(func(s Stats) bool { return s.Waiting == 3 || s.Shed > 0 })
+	if st := h.q.Stats(); st.Shed > 0 {
+		t.Fatalf("the light request was refused (%v) with only later pieces waiting, want it queued", recv(t, out).err)
+	}
+	hold()
+	for want := range []int{3, 1, 2} {
+		r := recv(t, out)
+		if id := []int{3, 1, 2}[want]; r.id != id || r.err != nil {
+			t.Fatalf("grant %d went to waiter %d (%v), want %d: the light request first, then the pieces in order", want+1, r.id, r.err, id)
+		}
+		r.release()
+	}
+}
+
 // Tests that a flow under its share is never shed for another's sake:
 // when a lighter flow's wait is up, a flow with a larger lead but still
 // under the mean usage keeps its waiter, and the lighter flow's waiter is

@@ -98,27 +98,28 @@ func TestShedHeadLetsWhatFitsThrough(t *testing.T) {
 	got[2].release()
 }
 
-// Tests that a batch arrival at a full queue never takes an interactive
-// waiter's place, even one of a flow further over its share: a later
-// piece of a batch read (which is queued, unlike a batch request's first
-// piece) is refused instead.
+// Tests that a batch piece arriving at a full queue never takes an
+// interactive waiter's place, even one of a flow further over its share:
+// a later piece of a batch read does not count against the queue's
+// bound, so it waits beside the interactive waiter, which is still
+// granted first.
 func TestFullQueueBatchArrivalShedsNoInteractiveWaiter(t *testing.T) {
 	h := newHarness(t, 10, 1)
-	hold := h.acquireNow(Request{Cost: 10, Flow: "heavy"})
-	out := make(chan result, 1)
+	holds := []func(){h.acquireNow(Request{Cost: 5, Flow: "heavy"}), h.acquireNow(Request{Cost: 5, Flow: "heavy"})}
+	out := make(chan result, 2)
 	h.wait(h.ctx, 1, Request{Cost: 5, Flow: "heavy"}, out)
-	if _, err := h.q.Acquire(h.ctx, Request{Cost: 5, Flow: "bulk", Batch: true, Continues: true}); !errors.Is(err, ErrShed) {
-		t.Fatalf("a batch piece at a queue full of interactive work: %v, want ErrShed", err)
-	}
+	h.wait(h.ctx, 2, Request{Cost: 5, Flow: "bulk", Batch: true, Continues: true}, out)
 	select {
 	case r := <-out:
-		t.Fatalf("the interactive waiter ended (%v) when a batch piece arrived, want it still waiting", r.err)
+		t.Fatalf("waiter %d ended (%v) when a batch piece arrived, want both waiting", r.id, r.err)
 	default:
 	}
-	hold()
-	r := recv(t, out)
-	if r.err != nil {
-		t.Fatalf("the interactive waiter after the release: %v, want granted", r.err)
+	for i, want := range []int{1, 2} {
+		holds[i]() // room for one
+		r := recv(t, out)
+		if r.id != want || r.err != nil {
+			t.Fatalf("release %d: waiter %d (%v), want %d granted: the interactive waiter first", i+1, r.id, r.err, want)
+		}
+		defer r.release()
 	}
-	r.release()
 }
