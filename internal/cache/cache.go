@@ -248,7 +248,7 @@ func (c *Cache) Fill(ctx context.Context, entries map[string]Entry) {
 			oneByOne = append(oneByOne, it)
 		}
 	}
-	c.each(ctx, oneByOne, (*memcache.Client).Add)
+	c.addEach(ctx, oneByOne)
 	c.addPipelined(ctx, pipelined)
 }
 
@@ -342,15 +342,16 @@ func (c *Cache) Close() error {
 	return c.err
 }
 
-// each runs op for every item, one call per item on the item's current
-// owner, and reports how many failed for reasons other than a refused
-// ADD, with the first such error.
-func (c *Cache) each(ctx context.Context, items []*memcache.Item, op func(*memcache.Client, *memcache.Item) error) (int, error) {
+// addEach adds every item with one call per item on the item's current
+// owner. A key whose add may yet land is owed there (refilled).
+func (c *Cache) addEach(ctx context.Context, items []*memcache.Item) {
 	calls := make([]call, len(items))
 	for i, it := range items {
 		calls[i] = call{srv: c.owner(it.Key), item: it}
 	}
-	return c.run(ctx, calls, op)
+	for i, err := range c.runEach(ctx, calls, (*memcache.Client).Add) {
+		calls[i].srv.refilled(calls[i].item.Key, err)
+	}
 }
 
 // call is one item's operation on one server.

@@ -69,6 +69,12 @@ func newRefills(addr string, conns int, timeout time.Duration, dial func(context
 // add's: the connection is closed, not reused.
 var errRefillProtocol = errors.New("cache: unexpected answer to a pipelined refill")
 
+// errRefillUnsure marks a pipelined refill that failed once its adds
+// began to go out: any of them may have been stored, or may be yet. Its
+// keys are owed (Distrust): a read of one before the exchange began may
+// be older than a write whose tombstone expires before the add lands.
+var errRefillUnsure = errors.New("cache: the refill's outcome is unknown")
+
 // add adds items on one connection in one exchange. It returns an error
 // for a failed exchange, or for items the server refused for a reason
 // other than an existing key (memcached's SERVER_ERROR, such as an item
@@ -89,14 +95,29 @@ func (r *refills) add(ctx context.Context, items []*memcache.Item) error {
 	}
 	refused, err := exchange(cn.rw, items)
 	if err != nil {
-		_ = cn.nc.Close()
-		return err
+		abort(cn.nc)
+		return fmt.Errorf("%w: %w", errRefillUnsure, err)
 	}
 	r.put(cn)
 	if refused != nil {
 		return refused
 	}
 	return nil
+}
+
+// linger is a connection whose SO_LINGER can be set (*net.TCPConn).
+type linger interface{ SetLinger(sec int) error }
+
+// abort closes nc at once, discarding whatever it has not sent
+// (SO_LINGER 0, so the kernel resets the connection rather than go on
+// delivering its buffer): adds left unsent when an exchange failed must
+// not reach the server late, once the tombstone that should have stopped
+// them has expired.
+func abort(nc net.Conn) {
+	if l, ok := nc.(linger); ok {
+		_ = l.SetLinger(0)
+	}
+	_ = nc.Close()
 }
 
 // conn returns an idle connection, or dials one.

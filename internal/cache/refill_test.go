@@ -6,10 +6,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/guard/fanout"
 	"github.com/sluice-dev/sluice/internal/testenv"
 )
 
@@ -209,5 +213,46 @@ func TestRefillServerFaultClosesTheConnection(t *testing.T) {
 	refused, err := readAnswers(bufio.NewReader(strings.NewReader("SERVER_ERROR object too large for cache\r\nSTORED\r\n")), 2)
 	if err != nil || !errors.Is(refused, errItemRefused) {
 		t.Fatalf("readAnswers on a refusal: refused %v, err %v; want the refusal, the connection kept", refused, err)
+	}
+}
+
+// Tests that a pipelined refill whose exchange fails resets its
+// connection (SO_LINGER 0) rather than closing it in order: the server
+// sees the connection reset, not an end of stream after the data, so
+// adds still in the client's buffers are dropped, never delivered once
+// the tombstone that should stop them has expired. The server is a
+// listener that reads and never answers.
+func TestFailedRefillResetsItsConnection(t *testing.T) {
+	stalled, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stalled.Close()
+	c := newCache(t, []string{stalled.Addr().String()}, func(cfg *Config) { cfg.Timeout = 200 * time.Millisecond })
+	var ended error // how the server's read of the connection ended
+	err = fanout.Each(testContext(t, 2), 2, func(ctx context.Context, i int) error {
+		if i == 1 {
+			c.Fill(ctx, map[string]Entry{"at://did:plc:reset/p/1": {Value: []byte("v")}})
+			return nil
+		}
+		nc, err := stalled.Accept()
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		if err := nc.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+			return err
+		}
+		_, ended = io.Copy(io.Discard, nc) // until the client closes or resets
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st := c.Stats()[0]; st.RefillWrites != 1 || st.Errors != 1 {
+		t.Fatalf("stats %+v: want one pipelined refill, failed", st)
+	}
+	if !errors.Is(ended, syscall.ECONNRESET) {
+		t.Fatalf("the server's read ended with %v, want the connection reset", ended)
 	}
 }

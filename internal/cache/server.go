@@ -147,7 +147,11 @@ func (s *server) addPipelined(ctx context.Context, items []*memcache.Item) error
 		s.refillWrites.Add(1)
 		return struct{}{}, s.refills.add(ctx, items)
 	})
-	return s.count(err)
+	err = s.count(err)
+	for _, it := range items {
+		s.refilled(it.Key, err)
+	}
+	return err
 }
 
 // isOpen reports whether the server's breaker is open: calls to it are
@@ -281,4 +285,12 @@ func (c *countedConn) Close() error {
 		c.closes.Add(1)
 	}
 	return c.Conn.Close()
+}
+
+// SetLinger sets the TCP connection's SO_LINGER (see abort).
+func (c *countedConn) SetLinger(sec int) error {
+	if l, ok := c.Conn.(linger); ok {
+		return l.SetLinger(sec)
+	}
+	return nil
 }

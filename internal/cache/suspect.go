@@ -2,7 +2,9 @@ package cache
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"sync"
 	"time"
@@ -234,6 +236,37 @@ func (s *server) tombstoned(key string, start time.Time, err error) {
 		return
 	}
 	s.distrust.owe(key, start)
+}
+
+// refilled records the outcome of a refill (an add) of key on s: one
+// that failed after its command could have gone out may have been
+// stored, or may be yet, with a record read before a write whose
+// tombstone expires first, so it leaves key owed, as a missed tombstone
+// does, until a tombstone begun after it is written.
+func (s *server) refilled(key string, err error) {
+	if s.distrust == nil || !refillUnsure(err) {
+		return
+	}
+	s.distrust.owe(key, time.Now())
+}
+
+// refillUnsure reports whether a refill that ended with err may have
+// been stored or may be yet. One that succeeded or was refused by the
+// server, was skipped, or failed to dial or to get a connection sent
+// nothing that could land later.
+func refillUnsure(err error) bool {
+	if errors.Is(err, errRefillUnsure) {
+		return true
+	}
+	var connect *memcache.ConnectTimeoutError
+	var op *net.OpError
+	switch {
+	case answered(err), errors.Is(err, memcache.ErrServerError), errors.Is(err, ErrUnavailable),
+		errors.Is(err, errCallerGone), errors.Is(err, errNotAttempted), errors.Is(err, errOpenedWhileWaiting),
+		errors.As(err, &connect), errors.As(err, &op) && op.Op == "dial":
+		return false
+	}
+	return true
 }
 
 func (s *server) owedLen() int {

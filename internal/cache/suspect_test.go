@@ -2,6 +2,7 @@ package cache
 
 import (
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
@@ -202,4 +203,77 @@ func TestDropOnDeletesStandInCopies(t *testing.T) {
 	if it, err := raw.Get(Key(uri)); err == nil {
 		t.Fatalf("after a replay onto the stand-in, it still holds %q for a key it stands in for", it.Value)
 	}
+}
+
+// Tests that a refill whose outcome is unknown — its adds went out to a
+// frozen memcached and no answer came — leaves its keys owed, as a
+// missed tombstone does: the add may still land, with a record read
+// before a write whose tombstone could expire first, so the key reads as
+// a miss there until RetryTombstones writes a tombstone over it. A
+// refill that never reached a server (its dial refused) owes nothing.
+func TestRefillOfUnknownOutcomeOwesItsKeys(t *testing.T) {
+	mc := testenv.StartMemcached(t)
+	cfg := DefaultConfig()
+	cfg.Servers = []string{mc.Addr()}
+	cfg.Timeout = 200 * time.Millisecond
+	cfg.TombstoneTTL = time.Second
+	c, err := New(cfg, WithDistrust())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	ctx := testContext(t, 8)
+	uris := uniqueURIs(t, 2)
+	refilled, other := uris[0], uris[1]
+	c.Fill(ctx, map[string]Entry{other: {Value: []byte("v1")}})
+
+	mc.Pause()
+	c.Fill(ctx, map[string]Entry{refilled: {Value: []byte("old")}})
+	mc.Resume()
+	if st := c.Stats()[0]; st.OwedTombstones != 1 {
+		t.Fatalf("stats %+v: want the refill's key owed after its exchange timed out", st)
+	}
+	// Whether or not the frozen server stored the add it had buffered,
+	// put it there, as when it lands late.
+	raw := memcache.New(mc.Addr())
+	if err := raw.Set(&memcache.Item{Key: Key(refilled), Value: []byte("old"), Flags: flagValue}); err != nil {
+		t.Fatalf("land the refill: %v", err)
+	}
+	got := c.GetMulti(ctx, []string{refilled, other})
+	if e, ok := got[refilled]; ok {
+		t.Errorf("the key of a refill of unknown outcome answered %q, want a miss while it is owed", e.Value)
+	}
+	if _, ok := got[other]; !ok {
+		t.Errorf("an untouched key on the same server was not read")
+	}
+	if n, err := c.RetryTombstones(ctx); err != nil || n != 1 {
+		t.Fatalf("RetryTombstones = %d, %v; want 1 written", n, err)
+	}
+	if got := c.GetMulti(ctx, []string{refilled}); len(got) != 0 {
+		t.Fatalf("the tombstone written for the owed key did not hide the landed refill: %q", got[refilled].Value)
+	}
+
+	down := DefaultConfig()
+	down.Servers = []string{closedAddr(t)}
+	c2, err := New(down, WithDistrust())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c2.Close() })
+	c2.Fill(ctx, map[string]Entry{refilled: {Value: []byte("old")}})
+	if st := c2.Stats()[0]; st.OwedTombstones != 0 || st.Errors == 0 {
+		t.Fatalf("stats %+v: want the refused dial counted as an error and nothing owed", st)
+	}
+}
+
+// closedAddr is a local address nothing listens on.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
 }
