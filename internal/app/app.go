@@ -402,6 +402,7 @@ func (a *App) admissionState() telemetry.AdmissionState {
 	return telemetry.AdmissionState{
 		ItemLimit: s.Capacity, MinItemLimit: s.MinItems, MaxItemLimit: s.MaxItems,
 		ItemsInUse: s.InUse, Waiting: s.Waiting, Shed: s.Shed, Light: s.Light,
+		RequestSlots: s.Slots.Capacity, SlotsInUse: s.Slots.InUse, SlotsWaiting: s.Slots.Waiting, SlotsShed: s.Slots.Shed,
 	}
 }
 

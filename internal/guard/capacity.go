@@ -44,11 +44,14 @@ type AdmissionStats struct {
 	queue.Stats
 	// MinItems and MaxItems bound the adaptive item limit (Stats.Capacity).
 	MinItems, MaxItems int64
+	// Slots is the request slots' queue: InUse of Capacity
+	// (max_inflight_requests) taken, Waiting for one, Shed since start.
+	Slots queue.Stats
 }
 
-// Admission reports the item queue's state and the adaptive limit's
-// bounds.
+// Admission reports the item queue's state, the adaptive limit's bounds
+// and the request slots' queue.
 func (s *Server) Admission() AdmissionStats {
 	a := s.cfg.adaptiveConfig()
-	return AdmissionStats{Stats: s.items.Stats(), MinItems: a.Min, MaxItems: a.Max}
+	return AdmissionStats{Stats: s.items.Stats(), MinItems: a.Min, MaxItems: a.Max, Slots: s.requests.Stats()}
 }

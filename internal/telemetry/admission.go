@@ -24,12 +24,19 @@ type AdmissionState struct {
 	// Light counts the requests of callers under their fair share
 	// admitted past the queue, within light_reserve_items, since start.
 	Light int64 `json:"light"`
+	// RequestSlots is max_inflight_requests; SlotsInUse of them are
+	// taken, SlotsWaiting requests wait for one, and SlotsShed counts
+	// the requests shed for want of one since start.
+	RequestSlots int64 `json:"request_slots"`
+	SlotsInUse   int64 `json:"request_slots_in_use"`
+	SlotsWaiting int   `json:"request_slots_waiting"`
+	SlotsShed    int64 `json:"request_slots_shed"`
 }
 
 // ObserveAdmission exports the guard's admission state: the adaptive item
 // limit and its bounds, items in use, requests waiting, requests shed,
-// requests admitted past the queue. It
-// also hands state to the /clients page.
+// requests admitted past the queue, and the request slots taken, waited
+// for and shed. It also hands state to the /clients page.
 func (t *Telemetry) ObserveAdmission(state func() AdmissionState) error {
 	m := t.meter
 	gauge := func(name, desc string) (metric.Int64ObservableGauge, error) {
@@ -65,6 +72,19 @@ func (t *Telemetry) ObserveAdmission(state func() AdmissionState) error {
 	if err != nil {
 		return err
 	}
+	slots, err := gauge("sluice.guard.request_slots.in_use", "Request slots taken, of max_inflight_requests.")
+	if err != nil {
+		return err
+	}
+	slotWaiting, err := gauge("sluice.guard.request_slots.waiting", "Requests waiting for a request slot.")
+	if err != nil {
+		return err
+	}
+	slotShed, err := m.Int64ObservableCounter("sluice.guard.request_slots.shed",
+		metric.WithDescription("Requests shed (Unavailable with RetryInfo) for want of a request slot since start."))
+	if err != nil {
+		return err
+	}
 	t.stats.setAdmission(state)
 	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		s := state()
@@ -75,7 +95,10 @@ func (t *Telemetry) ObserveAdmission(state func() AdmissionState) error {
 		o.ObserveInt64(waiting, int64(s.Waiting))
 		o.ObserveInt64(shed, s.Shed)
 		o.ObserveInt64(light, s.Light)
+		o.ObserveInt64(slots, s.SlotsInUse)
+		o.ObserveInt64(slotWaiting, int64(s.SlotsWaiting))
+		o.ObserveInt64(slotShed, s.SlotsShed)
 		return nil
-	}, limit, minLimit, maxLimit, inUse, waiting, shed, light)
+	}, limit, minLimit, maxLimit, inUse, waiting, shed, light, slots, slotWaiting, slotShed)
 	return err
 }
