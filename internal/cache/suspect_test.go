@@ -16,16 +16,7 @@ import (
 // RetryTombstones pays the debt once the server answers (no store
 // involved), after which the key refills.
 func TestMissedTombstoneHidesOnlyItsKey(t *testing.T) {
-	mc := testenv.StartMemcached(t)
-	cfg := DefaultConfig()
-	cfg.Servers = []string{mc.Addr()}
-	cfg.Timeout = 200 * time.Millisecond
-	cfg.TombstoneTTL = time.Second
-	c, err := New(cfg, WithDistrust())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	mc, c, cfg := newPausableDistrust(t)
 	ctx := testContext(t, 8)
 	stamp := time.Now().UnixNano()
 	changed, other := fmt.Sprintf("at://did:plc:owed%d/p/1", stamp), fmt.Sprintf("at://did:plc:owed%d/p/2", stamp)
@@ -212,16 +203,7 @@ func TestDropOnDeletesStandInCopies(t *testing.T) {
 // a miss there until RetryTombstones writes a tombstone over it. A
 // refill that never reached a server (its dial refused) owes nothing.
 func TestRefillOfUnknownOutcomeOwesItsKeys(t *testing.T) {
-	mc := testenv.StartMemcached(t)
-	cfg := DefaultConfig()
-	cfg.Servers = []string{mc.Addr()}
-	cfg.Timeout = 200 * time.Millisecond
-	cfg.TombstoneTTL = time.Second
-	c, err := New(cfg, WithDistrust())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
+	mc, c, _ := newPausableDistrust(t)
 	ctx := testContext(t, 8)
 	uris := uniqueURIs(t, 2)
 	refilled, other := uris[0], uris[1]
@@ -276,4 +258,21 @@ func closedAddr(t *testing.T) string {
 	addr := l.Addr().String()
 	l.Close()
 	return addr
+}
+
+// newPausableDistrust starts a memcached the test may pause and a Cache
+// on it with distrust, a short socket timeout and a 1s tombstone TTL.
+func newPausableDistrust(t *testing.T) (*testenv.Memcached, *Cache, Config) {
+	t.Helper()
+	mc := testenv.StartMemcached(t)
+	cfg := DefaultConfig()
+	cfg.Servers = []string{mc.Addr()}
+	cfg.Timeout = 200 * time.Millisecond
+	cfg.TombstoneTTL = time.Second
+	c, err := New(cfg, WithDistrust())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return mc, c, cfg
 }
