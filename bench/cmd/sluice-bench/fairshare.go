@@ -36,13 +36,7 @@ func capacity(ctx context.Context, args []string) error {
 	c.register(fs)
 	target := fs.String("target", "127.0.0.1:50051", "sluice gRPC address")
 	out := fs.String("json", "", "file to write the result to")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if err := c.check(); err != nil {
-		return err
-	}
-	uris, err := scenario.ReadURIs(c.uris)
+	uris, err := c.parse(fs, args)
 	if err != nil {
 		return err
 	}

@@ -85,6 +85,18 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.DurationVar(&c.duration, "duration", 10*time.Second, "how long each path is measured")
 }
 
+// parse parses args into fs, whose flags include c's, checks c's counts
+// and reads c's URI file.
+func (c *common) parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if err := c.check(); err != nil {
+		return nil, err
+	}
+	return scenario.ReadURIs(c.uris)
+}
+
 // check refuses counts that would measure nothing.
 func (c *common) check() error {
 	return positive(map[string]int64{"--concurrency": int64(c.concurrency), "--batch": int64(c.batch), "--duration": int64(c.duration)})
@@ -116,13 +128,7 @@ func cacheHit(ctx context.Context, args []string) error {
 	md := fs.String("md", "", "Markdown fragment to write")
 	serverPID := fs.Int("server-pid", 0, "sluice's pid, to report the CPU each path used (with --memcached-pid)")
 	memcachedPID := fs.Int("memcached-pid", 0, "memcached's pid")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if err := c.check(); err != nil {
-		return err
-	}
-	uris, err := scenario.ReadURIs(c.uris)
+	uris, err := c.parse(fs, args)
 	if err != nil {
 		return err
 	}
@@ -228,13 +234,7 @@ func coldPath(ctx context.Context, args []string) error {
 	target := fs.String("target", "127.0.0.1:50051", "sluice gRPC address (its memcached must be empty)")
 	metrics := fs.String("metrics", "http://127.0.0.1:8080/metrics", "sluice /metrics")
 	out := fs.String("out", "", "JSON result to write")
-	if err := fs.Parse(args); err != nil {
-		return err
-	}
-	if err := c.check(); err != nil {
-		return err
-	}
-	uris, err := scenario.ReadURIs(c.uris)
+	uris, err := c.parse(fs, args)
 	if err != nil {
 		return err
 	}
