@@ -23,8 +23,8 @@ func TestRequestSlotsShowOnMetrics(t *testing.T) {
 		c.StoreReadDelay = time.Second // a cold read holds the slot that long
 	})
 	slots := func(name string) float64 { return ts.metrics().Sum("sluice_guard_request_slots_"+name, nil) }
-	if n := ts.metrics().Count("sluice_guard_request_slots_waiting", nil); n != 1 {
-		t.Fatalf("%d sluice_guard_request_slots_waiting series, want 1", n)
+	if n, limit := ts.metrics().Count("sluice_guard_request_slots_waiting", nil), slots("limit"); n != 1 || limit != 1 {
+		t.Fatalf("%d sluice_guard_request_slots_waiting series, a limit of %v slots; want 1 series, 1 slot", n, limit)
 	}
 	var heldWhileSlow float64
 	var second error

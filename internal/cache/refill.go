@@ -75,6 +75,15 @@ var errRefillProtocol = errors.New("cache: unexpected answer to a pipelined refi
 // be older than a write whose tombstone expires before the add lands.
 var errRefillUnsure = errors.New("cache: the refill's outcome is unknown")
 
+// errRefillNotSent marks a pipelined refill that failed before any add
+// went out.
+var errRefillNotSent = errors.New("cache: refill not sent")
+
+// errRefillFault marks a pipelined refill whose every add memcached
+// answered, some with a failure that is not a refusal of the item: the
+// outcome of each is known, and the connection is not reused.
+var errRefillFault = errors.New("cache: memcached failed refilled items")
+
 // add adds items on one connection in one exchange. It returns an error
 // for a failed exchange, or for items the server refused for a reason
 // other than an existing key (memcached's SERVER_ERROR, such as an item
@@ -91,10 +100,14 @@ func (r *refills) add(ctx context.Context, items []*memcache.Item) error {
 	}
 	if err := cn.nc.SetDeadline(time.Now().Add(r.timeout)); err != nil {
 		_ = cn.nc.Close()
-		return err
+		return fmt.Errorf("%w: %w", errRefillNotSent, err)
 	}
 	refused, err := exchange(cn.rw, items)
-	if err != nil {
+	switch {
+	case errors.Is(err, errRefillFault): // every add answered: nothing more can land
+		_ = cn.nc.Close()
+		return err
+	case err != nil:
 		abort(cn.nc)
 		return fmt.Errorf("%w: %w", errRefillUnsure, err)
 	}
@@ -228,7 +241,7 @@ func readAnswers(r *bufio.Reader, items int) (refused, err error) {
 	}
 	switch {
 	case firstFault != "": // not a refusal of an item: the server failed, and the connection is closed
-		return nil, fmt.Errorf("memcached did not store %d of %d refilled items, failing (first failure: %s)", failed, items, firstFault)
+		return nil, fmt.Errorf("%w: it did not store %d of %d (first failure: %s)", errRefillFault, failed, items, firstFault)
 	case failed > 0:
 		return fmt.Errorf("%w: %d of %d refilled items: %s", errItemRefused, failed, items, firstRefusal), nil
 	}

@@ -60,6 +60,10 @@ type distrust struct {
 	since    time.Time
 	failures int64
 	owed     map[string]time.Time // key → when its tombstone was last missed
+	// untilPaid are the owed keys whose debt does not lapse with age: a
+	// refill of unknown outcome may land after it was missed, when the
+	// server resumes, so its entry lives from then on (refilled).
+	untilPaid map[string]struct{}
 	// A get sent while a key was owed (or the server suspect) may be
 	// answered after the debt is paid with what memcached read before the
 	// tombstone landed (a get and a set on two connections, both queued
@@ -76,7 +80,7 @@ type distrust struct {
 const clearedFor = time.Minute
 
 func newDistrust() *distrust {
-	return &distrust{owed: map[string]time.Time{}, cleared: map[string]time.Time{}}
+	return &distrust{owed: map[string]time.Time{}, untilPaid: map[string]struct{}{}, cleared: map[string]time.Time{}}
 }
 
 // fail makes the server suspect as a whole from at on.
@@ -115,6 +119,18 @@ func (d *distrust) owe(key string, now time.Time) {
 	}
 	d.failLocked(earliest)
 	clear(d.owed)
+	clear(d.untilPaid)
+}
+
+// oweUntilPaid is owe for a debt that does not lapse with age, only when
+// a tombstone begun after now is written (see untilPaid).
+func (d *distrust) oweUntilPaid(key string, now time.Time) {
+	d.owe(key, now)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.owed[key]; ok { // not cleared by a whole-server suspicion
+		d.untilPaid[key] = struct{}{}
+	}
 }
 
 // paid forgets key's debt if it was last missed before at: a tombstone
@@ -124,6 +140,7 @@ func (d *distrust) paid(key string, at time.Time) {
 	defer d.mu.Unlock()
 	if missed, ok := d.owed[key]; ok && !missed.After(at) {
 		delete(d.owed, key)
+		delete(d.untilPaid, key)
 		d.cleared[key] = time.Now()
 	}
 }
@@ -159,7 +176,8 @@ func (d *distrust) trusts(key string) bool {
 }
 
 // debts lists the owed keys and their miss times, after dropping those
-// missed before expired: every entry they could hide is gone.
+// missed before expired, but for those owed until paid: every entry they
+// could hide is gone.
 func (d *distrust) debts(expired time.Time) map[string]time.Time {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -170,7 +188,7 @@ func (d *distrust) debts(expired time.Time) map[string]time.Time {
 	}
 	out := make(map[string]time.Time, len(d.owed))
 	for key, at := range d.owed {
-		if at.Before(expired) {
+		if _, pinned := d.untilPaid[key]; at.Before(expired) && !pinned {
 			delete(d.owed, key)
 			continue
 		}
@@ -242,18 +260,20 @@ func (s *server) tombstoned(key string, start time.Time, err error) {
 // that failed after its command could have gone out may have been
 // stored, or may be yet, with a record read before a write whose
 // tombstone expires first, so it leaves key owed, as a missed tombstone
-// does, until a tombstone begun after it is written.
+// does, until a tombstone begun after it is written: however long that
+// takes, since the add may land only when a frozen server resumes, its
+// debt does not lapse with the longest entry lifetime.
 func (s *server) refilled(key string, err error) {
 	if s.distrust == nil || !refillUnsure(err) {
 		return
 	}
-	s.distrust.owe(key, time.Now())
+	s.distrust.oweUntilPaid(key, time.Now())
 }
 
 // refillUnsure reports whether a refill that ended with err may have
-// been stored or may be yet. One that succeeded or was refused by the
-// server, was skipped, or failed to dial or to get a connection sent
-// nothing that could land later.
+// been stored or may be yet. One that succeeded, was refused by the
+// server or had every add answered, was skipped, or failed to dial or to
+// get a connection left nothing that could land later.
 func refillUnsure(err error) bool {
 	if errors.Is(err, errRefillUnsure) {
 		return true
@@ -261,7 +281,8 @@ func refillUnsure(err error) bool {
 	var connect *memcache.ConnectTimeoutError
 	var op *net.OpError
 	switch {
-	case answered(err), errors.Is(err, memcache.ErrServerError), errors.Is(err, ErrUnavailable),
+	case answered(err), errors.Is(err, memcache.ErrServerError), errors.Is(err, errRefillFault), errors.Is(err, errRefillNotSent),
+		errors.Is(err, memcache.ErrMalformedKey), errors.Is(err, ErrUnavailable),
 		errors.Is(err, errCallerGone), errors.Is(err, errNotAttempted), errors.Is(err, errOpenedWhileWaiting),
 		errors.As(err, &connect), errors.As(err, &op) && op.Op == "dial":
 		return false

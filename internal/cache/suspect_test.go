@@ -261,13 +261,15 @@ func closedAddr(t *testing.T) string {
 }
 
 // newPausableDistrust starts a memcached the test may pause and a Cache
-// on it with distrust, a short socket timeout and a 1s tombstone TTL.
+// on it with distrust, a 1s socket timeout (a call to the paused server
+// fails after it; one to the running server, on a busy machine, does
+// not) and a 1s tombstone TTL.
 func newPausableDistrust(t *testing.T) (*testenv.Memcached, *Cache, Config) {
 	t.Helper()
 	mc := testenv.StartMemcached(t)
 	cfg := DefaultConfig()
 	cfg.Servers = []string{mc.Addr()}
-	cfg.Timeout = 200 * time.Millisecond
+	cfg.Timeout = time.Second
 	cfg.TombstoneTTL = time.Second
 	c, err := New(cfg, WithDistrust())
 	if err != nil {
@@ -275,4 +277,26 @@ func newPausableDistrust(t *testing.T) (*testenv.Memcached, *Cache, Config) {
 	}
 	t.Cleanup(func() { c.Close() })
 	return mc, c, cfg
+}
+
+// Tests that a refill's debt does not lapse with age, as a missed
+// tombstone's does once every entry it could hide has expired: the add
+// may land when a frozen server resumes, long after it was missed. Both
+// are paid by a tombstone begun after them.
+func TestRefillDebtLastsUntilPaid(t *testing.T) {
+	d := newDistrust()
+	missed := time.Now()
+	d.owe("tombstone", missed)
+	d.oweUntilPaid("refill", missed)
+	debts := d.debts(missed.Add(time.Hour)) // both older than any entry's lifetime
+	if _, ok := debts["tombstone"]; ok {
+		t.Errorf("a missed tombstone's debt outlived every entry it could hide")
+	}
+	if _, ok := debts["refill"]; !ok || d.trusts("refill") {
+		t.Fatalf("debts %v: the refill's debt lapsed with age, want it owed until paid", debts)
+	}
+	d.paid("refill", missed.Add(time.Second))
+	if !d.trusts("refill") || d.owedLen() != 0 {
+		t.Errorf("a tombstone begun after the refill's miss did not pay its debt (%d owed)", d.owedLen())
+	}
 }

@@ -179,6 +179,9 @@ func (s *Server) admitRequest(ctx context.Context, fullMethod, client string, co
 	slot, err := s.takeRequestSlot(ctx, fullMethod, client, cost, batch)
 	if err != nil {
 		spent.Refund()
+		if ctx.Err() != nil && !errors.Is(err, queue.ErrShed) {
+			return admittedRequest{}, ReasonDeadline, status.Errorf(codes.DeadlineExceeded, "%s: the deadline passed while waiting for a request slot", name)
+		}
 		return admittedRequest{}, ReasonOverload, overloaded(name, fmt.Sprintf("all %d request slots stayed busy (%v)", s.cfg.MaxInflightRequests, err), s.cfg.QueueInterval)
 	}
 	return admittedRequest{slot: slot, spent: spent}, "", nil

@@ -72,6 +72,10 @@ func (t *Telemetry) ObserveAdmission(state func() AdmissionState) error {
 	if err != nil {
 		return err
 	}
+	slotLimit, err := gauge("sluice.guard.request_slots.limit", "Request slots (max_inflight_requests).")
+	if err != nil {
+		return err
+	}
 	slots, err := gauge("sluice.guard.request_slots.in_use", "Request slots taken, of max_inflight_requests.")
 	if err != nil {
 		return err
@@ -95,10 +99,11 @@ func (t *Telemetry) ObserveAdmission(state func() AdmissionState) error {
 		o.ObserveInt64(waiting, int64(s.Waiting))
 		o.ObserveInt64(shed, s.Shed)
 		o.ObserveInt64(light, s.Light)
+		o.ObserveInt64(slotLimit, s.RequestSlots)
 		o.ObserveInt64(slots, s.SlotsInUse)
 		o.ObserveInt64(slotWaiting, int64(s.SlotsWaiting))
 		o.ObserveInt64(slotShed, s.SlotsShed)
 		return nil
-	}, limit, minLimit, maxLimit, inUse, waiting, shed, light, slots, slotWaiting, slotShed)
+	}, limit, minLimit, maxLimit, inUse, waiting, shed, light, slotLimit, slots, slotWaiting, slotShed)
 	return err
 }
