@@ -33,77 +33,57 @@ type AdmissionState struct {
 	SlotsShed    int64 `json:"request_slots_shed"`
 }
 
-// ObserveAdmission exports the guard's admission state: the adaptive item
-// limit and its bounds, items in use, requests waiting, requests shed,
-// requests admitted past the queue, and the request slots taken, waited
-// for and shed. It also hands state to the /clients page.
+// admissionMetric is one number of AdmissionState as an observable
+// instrument: a gauge, or a counter for the totals since start.
+type admissionMetric struct {
+	name, desc string
+	counter    bool
+	value      func(AdmissionState) int64
+}
+
+// admissionMetrics are the instruments ObserveAdmission exports.
+var admissionMetrics = []admissionMetric{
+	{"sluice.guard.items.limit", "The adaptive process-wide limit on items in flight now.", false, func(s AdmissionState) int64 { return s.ItemLimit }},
+	{"sluice.guard.items.limit_min", "The lower bound of the adaptive item limit (min_inflight_items).", false, func(s AdmissionState) int64 { return s.MinItemLimit }},
+	{"sluice.guard.items.limit_max", "The upper bound of the adaptive item limit (max_inflight_items).", false, func(s AdmissionState) int64 { return s.MaxItemLimit }},
+	{"sluice.guard.items.in_flight", "Items admitted and not yet finished.", false, func(s AdmissionState) int64 { return s.ItemsInUse }},
+	{"sluice.guard.queue.waiting", "Requests waiting for item capacity.", false, func(s AdmissionState) int64 { return int64(s.Waiting) }},
+	{"sluice.guard.queue.shed", "Requests the item queue shed (Unavailable with RetryInfo) since start.", true, func(s AdmissionState) int64 { return s.Shed }},
+	{"sluice.guard.queue.light", "Requests of callers under their fair share admitted past waiting requests, within light_reserve_items, since start.", true, func(s AdmissionState) int64 { return s.Light }},
+	{"sluice.guard.request_slots.limit", "Request slots (max_inflight_requests).", false, func(s AdmissionState) int64 { return s.RequestSlots }},
+	{"sluice.guard.request_slots.in_use", "Request slots taken, of max_inflight_requests.", false, func(s AdmissionState) int64 { return s.SlotsInUse }},
+	{"sluice.guard.request_slots.waiting", "Requests waiting for a request slot.", false, func(s AdmissionState) int64 { return int64(s.SlotsWaiting) }},
+	{"sluice.guard.request_slots.shed", "Requests shed (Unavailable with RetryInfo) for want of a request slot since start.", true, func(s AdmissionState) int64 { return s.SlotsShed }},
+}
+
+// ObserveAdmission exports the guard's admission state (admissionMetrics):
+// the adaptive item limit and its bounds, items in use, requests waiting,
+// requests shed, requests admitted past the queue, and the request slots
+// taken, waited for and shed. It also hands state to the /clients page.
 func (t *Telemetry) ObserveAdmission(state func() AdmissionState) error {
-	m := t.meter
-	gauge := func(name, desc string) (metric.Int64ObservableGauge, error) {
-		return m.Int64ObservableGauge(name, metric.WithDescription(desc))
+	instruments := make([]metric.Int64Observable, len(admissionMetrics))
+	for i, am := range admissionMetrics {
+		var err error
+		if am.counter {
+			instruments[i], err = t.meter.Int64ObservableCounter(am.name, metric.WithDescription(am.desc))
+		} else {
+			instruments[i], err = t.meter.Int64ObservableGauge(am.name, metric.WithDescription(am.desc))
+		}
+		if err != nil {
+			return err
+		}
 	}
-	limit, err := gauge("sluice.guard.items.limit", "The adaptive process-wide limit on items in flight now.")
-	if err != nil {
-		return err
-	}
-	minLimit, err := gauge("sluice.guard.items.limit_min", "The lower bound of the adaptive item limit (min_inflight_items).")
-	if err != nil {
-		return err
-	}
-	maxLimit, err := gauge("sluice.guard.items.limit_max", "The upper bound of the adaptive item limit (max_inflight_items).")
-	if err != nil {
-		return err
-	}
-	inUse, err := gauge("sluice.guard.items.in_flight", "Items admitted and not yet finished.")
-	if err != nil {
-		return err
-	}
-	waiting, err := gauge("sluice.guard.queue.waiting", "Requests waiting for item capacity.")
-	if err != nil {
-		return err
-	}
-	shed, err := m.Int64ObservableCounter("sluice.guard.queue.shed",
-		metric.WithDescription("Requests the item queue shed (Unavailable with RetryInfo) since start."))
-	if err != nil {
-		return err
-	}
-	light, err := m.Int64ObservableCounter("sluice.guard.queue.light",
-		metric.WithDescription("Requests of callers under their fair share admitted past waiting requests, within light_reserve_items, since start."))
-	if err != nil {
-		return err
-	}
-	slotLimit, err := gauge("sluice.guard.request_slots.limit", "Request slots (max_inflight_requests).")
-	if err != nil {
-		return err
-	}
-	slots, err := gauge("sluice.guard.request_slots.in_use", "Request slots taken, of max_inflight_requests.")
-	if err != nil {
-		return err
-	}
-	slotWaiting, err := gauge("sluice.guard.request_slots.waiting", "Requests waiting for a request slot.")
-	if err != nil {
-		return err
-	}
-	slotShed, err := m.Int64ObservableCounter("sluice.guard.request_slots.shed",
-		metric.WithDescription("Requests shed (Unavailable with RetryInfo) for want of a request slot since start."))
-	if err != nil {
-		return err
+	observables := make([]metric.Observable, len(instruments))
+	for i, in := range instruments {
+		observables[i] = in
 	}
 	t.stats.setAdmission(state)
-	_, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+	_, err := t.meter.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		s := state()
-		o.ObserveInt64(limit, s.ItemLimit)
-		o.ObserveInt64(minLimit, s.MinItemLimit)
-		o.ObserveInt64(maxLimit, s.MaxItemLimit)
-		o.ObserveInt64(inUse, s.ItemsInUse)
-		o.ObserveInt64(waiting, int64(s.Waiting))
-		o.ObserveInt64(shed, s.Shed)
-		o.ObserveInt64(light, s.Light)
-		o.ObserveInt64(slotLimit, s.RequestSlots)
-		o.ObserveInt64(slots, s.SlotsInUse)
-		o.ObserveInt64(slotWaiting, int64(s.SlotsWaiting))
-		o.ObserveInt64(slotShed, s.SlotsShed)
+		for i, am := range admissionMetrics {
+			o.ObserveInt64(instruments[i], am.value(s))
+		}
 		return nil
-	}, limit, minLimit, maxLimit, inUse, waiting, shed, light, slotLimit, slots, slotWaiting, slotShed)
+	}, observables...)
 	return err
 }
