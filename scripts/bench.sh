@@ -15,8 +15,8 @@
 # SLUICE_BENCH_ZIPF_S (1.1), SLUICE_BENCH_FAIR_RUN (each fair-share run,
 # 20s), SLUICE_BENCH_FAIR_ROUNDS (3), SLUICE_BENCH_WRITE_RUN (each
 # write-path leg, 5s), SLUICE_BENCH_WRITE_ROUNDS (2), SLUICE_BENCH_JOURNAL_ROUNDS
-# (journal-row rounds, 3), SLUICE_BENCH_DIR (.bench).
-# SLUICE_BENCH_PARTS ("cachehit incident fairshare coldpath peer writepath journalrow") runs only the
+# (journal-row rounds, 3), SLUICE_BENCH_TOMBSTONE_ROUNDS (3), SLUICE_BENCH_DIR (.bench).
+# SLUICE_BENCH_PARTS ("cachehit incident fairshare coldpath peer writepath journalrow tombstones") runs only the
 # parts it names and then writes $OUT/BENCHMARKS.md instead of the doc.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -255,26 +255,47 @@ part_writepath() {
   rm -rf "$OUT/data-on" "$OUT/data-off"
 }
 
-# part_journalrow: what the journal's entries cost a store write —
-# boltstore's BenchmarkPutJournal, Put of a 50-record batch with its
-# journal entries against the same transaction with the records only,
-# alternating (order swapped each round) so both see the same machine.
-part_journalrow() {
-  local p=61-journalrow bench rounds=${SLUICE_BENCH_JOURNAL_ROUNDS:-3}
-  bench=$(realpath -m "$BIN/boltstore.test") # run from the package's directory below
-  go test -c -o "$bench" ./internal/store/boltstore
-  echo "go test -c -o $bench ./internal/store/boltstore" >>"$OUT/md/$p.cmds"
-  local round variant order rate on=() off=()
+# alternate_bench PART PKG BENCH A B UNIT ROUNDS N: compiles PKG's tests
+# and runs benchmark BENCH's sub-benchmarks A and B alternately, ROUNDS
+# times (the order swapped each round, so both see the same machine), N
+# iterations each; sets RATES_A and RATES_B to each round's UNIT figure.
+alternate_bench() {
+  local p=$1 pkg=$2 name=$3 a=$4 b=$5 unit=$6 rounds=$7 n=$8 bench round variant order rate
+  bench=$(realpath -m "$BIN/$(basename "$pkg").test") # run from the package's directory below
+  go test -c -o "$bench" "./$pkg"
+  echo "go test -c -o $bench ./$pkg" >>"$OUT/md/$p.cmds"
+  RATES_A=(); RATES_B=()
   for ((round = 1; round <= rounds; round++)); do
-    order="journal records-only"; ((round % 2 == 0)) && order="records-only journal"
+    order="$a $b"; ((round % 2 == 0)) && order="$b $a"
     for variant in $order; do
-      log "journal row: round $round/$rounds, $variant"
-      echo "$bench -test.run '^\$' -test.bench 'BenchmarkPutJournal/^$variant\$' -test.benchtime 200x" >>"$OUT/md/$p.cmds"
-      rate=$( (cd internal/store/boltstore && "$bench" -test.run '^$' -test.bench "BenchmarkPutJournal/^$variant\$" -test.benchtime 200x) |
-        awk '/records\/s/ { for (i = 1; i < NF; i++) if ($(i + 1) == "records/s") print $i }')
-      if [[ $variant == journal ]]; then on+=("$rate"); else off+=("$rate"); fi
+      log "$name: round $round/$rounds, $variant"
+      echo "$bench -test.run '^\$' -test.bench '$name/^$variant\$' -test.benchtime ${n}x" >>"$OUT/md/$p.cmds"
+      rate=$( (cd "$pkg" && SLUICE_REQUIRE_DEPS=1 "$bench" -test.run '^$' -test.bench "$name/^$variant\$" -test.benchtime "${n}x") |
+        awk -v unit="$unit" '$0 ~ unit { for (i = 1; i < NF; i++) if ($(i + 1) == unit) print $i }')
+      if [[ $variant == "$a" ]]; then RATES_A+=("$rate"); else RATES_B+=("$rate"); fi
     done
   done
+}
+
+# ratio_table HEAD_A HEAD_B: the rounds of RATES_A and RATES_B as a
+# Markdown table with their ratio, then the median ratio in MEDIAN.
+ratio_table() {
+  local ratios=() round
+  echo "| round | $1 | $2 | ratio |"
+  echo "|---|---|---|---|"
+  for ((round = 0; round < ${#RATES_A[@]}; round++)); do
+    ratios+=("$(awk -v a="${RATES_A[$round]}" -v b="${RATES_B[$round]}" 'BEGIN { printf "%.2f", a / b }')")
+    printf '| %d | %.0f | %.0f | %s× |\n' $((round + 1)) "${RATES_A[$round]}" "${RATES_B[$round]}" "${ratios[$round]}"
+  done
+  MEDIAN=$(printf '%s\n' "${ratios[@]}" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
+}
+
+# part_journalrow: what the journal's entries cost a store write —
+# boltstore's BenchmarkPutJournal, Put of a 50-record batch with its
+# journal entries against the same transaction with the records only.
+part_journalrow() {
+  local p=61-journalrow
+  alternate_bench $p internal/store/boltstore BenchmarkPutJournal journal records-only records/s "${SLUICE_BENCH_JOURNAL_ROUNDS:-3}" 200
   {
     echo "## The journal's cost to a store write"
     echo
@@ -282,15 +303,28 @@ part_journalrow() {
     echo "entry in the same transaction against the same transaction with the records only"
     echo "(\`BenchmarkPutJournal\`, 200 batches per measure, alternating)."
     echo
-    echo "| round | with the journal, records/s | records only, records/s | ratio |"
-    echo "|---|---|---|---|"
-    local ratios=()
-    for ((round = 0; round < rounds; round++)); do
-      ratios+=("$(awk -v a="${on[$round]}" -v b="${off[$round]}" 'BEGIN { printf "%.2f", a / b }')")
-      printf '| %d | %.0f | %.0f | %s× |\n' $((round + 1)) "${on[$round]}" "${off[$round]}" "${ratios[$round]}"
-    done
+    ratio_table "with the journal, records/s" "records only, records/s"
     echo
-    echo "Median ratio: **$(printf '%s\n' "${ratios[@]}" | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')×** the writes/s of a store that recorded nothing."
+    echo "Median ratio: **$MEDIAN×** the writes/s of a store that recorded nothing."
+  } >"$OUT/md/$p.md"
+}
+
+# part_tombstones: a 1,000-record write's tombstones on one memcached,
+# pipelined against one set per call (cache's BenchmarkInvalidate).
+part_tombstones() {
+  local p=62-tombstones
+  alternate_bench $p internal/cache BenchmarkInvalidate pipelined one-by-one tombstones/s "${SLUICE_BENCH_TOMBSTONE_ROUNDS:-3}" 200
+  {
+    echo "## Tombstones of a many-record write"
+    echo
+    echo "One memcached, 1,000 tombstones per \`Invalidate\` (what a 1,000-record \`PutPostRecords\` or"
+    echo "\`DeletePostRecords\` sets after its store write) at the default batch fan-out of 50: in pipelined"
+    echo "writes of 500 sets on the refill connections, against one set per call on the pool's"
+    echo "other connections (\`BenchmarkInvalidate\`, 200 invalidations per measure, alternating)."
+    echo
+    ratio_table "pipelined, tombstones/s" "one per call, tombstones/s"
+    echo
+    echo "Median ratio: **$MEDIAN×** the tombstones/s of one set per call."
   } >"$OUT/md/$p.md"
 }
 
@@ -329,7 +363,7 @@ assemble() {
 
 started=$(date +%s)
 LOADAVG_START=$(cut -d' ' -f1-3 /proc/loadavg)
-PARTS=${SLUICE_BENCH_PARTS:-cachehit incident fairshare coldpath peer writepath journalrow}
+PARTS=${SLUICE_BENCH_PARTS:-cachehit incident fairshare coldpath peer writepath journalrow tombstones}
 [[ -n ${SLUICE_BENCH_PARTS:-} ]] && DOC=$OUT/BENCHMARKS.md
 part_setup
 for part in $PARTS; do "part_$part"; done

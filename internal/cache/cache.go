@@ -112,6 +112,10 @@ type ServerStats struct {
 	// RefillWrites counts pipelined refill exchanges: each carried up to
 	// refillItemsPerWrite adds in one round trip.
 	RefillWrites int64
+	// TombstoneWrites counts pipelined tombstone exchanges: each carried
+	// up to refillItemsPerWrite of one invalidation's sets on the server,
+	// when it had more than one, in one round trip.
+	TombstoneWrites int64
 	// Suspect reports a server not trusted as a whole since it failed
 	// (WithDistrust); OwedTombstones counts the keys whose tombstones it
 	// missed and is owed (each read as a miss there); Distrusted counts
@@ -284,11 +288,72 @@ func (c *Cache) Invalidate(ctx context.Context, uris []string) error {
 	for _, u := range uris {
 		calls = append(calls, c.tombstoneCalls(Key(u))...)
 	}
-	failed, first := c.run(ctx, calls, (*memcache.Client).Set)
+	failed, first := failures(calls, c.setTombstones(ctx, calls))
 	if failed > 0 {
 		return fmt.Errorf("cache: invalidate: %d of %d tombstones not written: %w", failed, len(calls), first)
 	}
 	return nil
+}
+
+// setTombstones writes the tombstones of calls under the request's
+// fan-out limit and returns each one's error, recording its outcome on
+// its server as runEach does. A server given more than one, when it has
+// a refill pipeline, takes them in pipelined writes of up to
+// refillItemsPerWrite (one round trip each); a single tombstone is one
+// call of the gomemcache client, which has the most connections.
+func (c *Cache) setTombstones(ctx context.Context, calls []call) []error {
+	byServer := map[*server][]int{}
+	for i, cl := range calls {
+		byServer[cl.srv] = append(byServer[cl.srv], i)
+	}
+	var writes [][]int // indexes into calls, each a pipelined write or a single call
+	for srv, idx := range byServer {
+		if srv.refills == nil || len(idx) == 1 {
+			for _, i := range idx {
+				writes = append(writes, []int{i})
+			}
+			continue
+		}
+		for len(idx) > 0 {
+			n := min(len(idx), refillItemsPerWrite)
+			writes = append(writes, idx[:n])
+			idx = idx[n:]
+		}
+	}
+	errs := make([]error, len(calls))
+	for i := range errs {
+		errs[i] = errNotAttempted
+	}
+	start := time.Now()
+	_ = fanout.Each(ctx, len(writes), func(ctx context.Context, w int) error {
+		c.setWrite(ctx, calls, writes[w], errs)
+		return nil
+	})
+	for i, err := range errs {
+		if isSuccessful(err) {
+			errs[i] = nil
+		}
+		calls[i].srv.tombstoned(calls[i].item.Key, start, errs[i])
+	}
+	return errs
+}
+
+// setWrite sets the items of the calls at idx, all on one server, into
+// errs: in one pipelined exchange, or one call for a single item.
+func (c *Cache) setWrite(ctx context.Context, calls []call, idx []int, errs []error) {
+	srv := calls[idx[0]].srv
+	if len(idx) == 1 {
+		it := calls[idx[0]].item
+		errs[idx[0]] = srv.do(ctx, func(mc *memcache.Client) error { return mc.Set(it) })
+		return
+	}
+	items := make([]*memcache.Item, len(idx))
+	for k, i := range idx {
+		items[k] = calls[i].item
+	}
+	for k, err := range srv.setPipelined(ctx, items) {
+		errs[idx[k]] = err
+	}
 }
 
 // tombstoneCalls are the tombstone writes for key: on its current owner
@@ -364,8 +429,14 @@ type call struct {
 // failed for reasons other than a refused ADD, with the first such
 // error.
 func (c *Cache) run(ctx context.Context, calls []call, op func(*memcache.Client, *memcache.Item) error) (int, error) {
+	return failures(calls, c.runEach(ctx, calls, op))
+}
+
+// failures counts the calls whose error in errs is not nil, and names
+// the first.
+func failures(calls []call, errs []error) (int, error) {
 	failed, first := 0, error(nil)
-	for i, err := range c.runEach(ctx, calls, op) {
+	for i, err := range errs {
 		if err != nil {
 			failed++
 			if first == nil {

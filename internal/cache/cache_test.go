@@ -19,7 +19,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // testContext returns a context bounded by defaultTestTimeout that fans
 // out up to limit calls at once.
-func testContext(t *testing.T, limit int) context.Context {
+func testContext(t testing.TB, limit int) context.Context {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), defaultTestTimeout)
 	t.Cleanup(cancel)
@@ -28,7 +28,7 @@ func testContext(t *testing.T, limit int) context.Context {
 
 // newCache returns a Cache over servers, with cfg adjusted by change, that
 // is closed when the test ends.
-func newCache(t *testing.T, servers []string, change func(*Config)) *Cache {
+func newCache(t testing.TB, servers []string, change func(*Config)) *Cache {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Servers = servers
@@ -59,7 +59,7 @@ func selfValued(uris []string) map[string]Entry {
 
 // uniqueURIs returns n post URIs no other test uses, so tests can share
 // one memcached.
-func uniqueURIs(t *testing.T, n int) []string {
+func uniqueURIs(t testing.TB, n int) []string {
 	uris := make([]string, n)
 	stamp := time.Now().UnixNano()
 	for i := range uris {

@@ -16,10 +16,11 @@ import (
 	"golang.org/x/sync/semaphore"
 )
 
-// refills sends one server's refills as pipelined writes: every item's
-// add (add KEY FLAGS TTL LEN) goes out in one write, and the answers,
-// one line per item, are read back together, so a refill of n keys costs
-// one round trip and a pair of system calls on each side instead of n.
+// refills sends one server's refills, and its batches of tombstones, as
+// pipelined writes: every item's add (add KEY FLAGS TTL LEN), or set,
+// goes out in one write, and the answers, one line per item, are read
+// back together, so a refill or an invalidation of n keys costs one
+// round trip and a pair of system calls on each side instead of n.
 //
 // The classic add, not the meta protocol's ms in add mode: when memcached
 // cannot store a value (too large, or out of memory), ms drops whatever
@@ -65,57 +66,74 @@ func newRefills(addr string, conns int, timeout time.Duration, dial func(context
 	return &refills{sem: semaphore.NewWeighted(int64(conns)), size: int64(conns), timeout: timeout, dial: dial, addr: addr}
 }
 
-// errRefillProtocol marks an answer the pipeline could not read as an
-// add's: the connection is closed, not reused.
-var errRefillProtocol = errors.New("cache: unexpected answer to a pipelined refill")
+// errRefillProtocol marks an answer the pipeline could not read as a
+// storage command's: the connection is closed, not reused.
+var errRefillProtocol = errors.New("cache: unexpected answer to a pipelined write")
 
-// errRefillUnsure marks a pipelined refill that failed once its adds
-// began to go out: any of them may have been stored, or may be yet. Its
-// keys are owed (Distrust): a read of one before the exchange began may
-// be older than a write whose tombstone expires before the add lands.
-var errRefillUnsure = errors.New("cache: the refill's outcome is unknown")
+// errRefillUnsure marks a pipelined write that failed once its commands
+// began to go out: any of them may have been stored, or may be yet. The
+// keys of a refill are owed (Distrust): a read of one before the exchange
+// began may be older than a write whose tombstone expires before the add
+// lands. Tombstones of such a write count as not written, so their keys
+// are owed too.
+var errRefillUnsure = errors.New("cache: the outcome of the pipelined write is unknown")
 
-// errRefillNotSent marks a pipelined refill that failed before any add
-// went out.
-var errRefillNotSent = errors.New("cache: refill not sent")
+// errRefillNotSent marks a pipelined write that failed before any
+// command went out.
+var errRefillNotSent = errors.New("cache: pipelined write not sent")
 
-// errRefillFault marks a pipelined refill whose every add memcached
+// errRefillFault marks a pipelined write whose every command memcached
 // answered, some with a failure that is not a refusal of the item: the
 // outcome of each is known, and the connection is not reused.
-var errRefillFault = errors.New("cache: memcached failed refilled items")
+var errRefillFault = errors.New("cache: memcached failed items of a pipelined write")
 
 // add adds items on one connection in one exchange. It returns an error
 // for a failed exchange, or for items the server refused for a reason
 // other than an existing key (memcached's SERVER_ERROR, such as an item
 // too large), naming how many.
+func (r *refills) add(ctx context.Context, items []*memcache.Item) error {
+	refused, err := r.send(ctx, "add", items)
+	if err != nil {
+		return err
+	}
+	return refused.err("refilled")
+}
+
+// set sets items (tombstones) on one connection in one exchange. It
+// returns the indexes of the items memcached did not store, and an error
+// for a failed exchange, after which any of them may or may not be
+// stored.
+func (r *refills) set(ctx context.Context, items []*memcache.Item) (refusals, error) {
+	return r.send(ctx, "set", items)
+}
+
+// send writes items as verb commands on one connection in one exchange
+// and reads their answers.
 //
 // The dial and the exchange each get the whole socket timeout, whatever
 // is left of ctx (as gomemcache's calls do): the caller's wait for a
 // connection is bounded by ctx, but an exchange cut short by a caller
 // about to leave would count against a healthy server's breaker.
-func (r *refills) add(ctx context.Context, items []*memcache.Item) error {
+func (r *refills) send(ctx context.Context, verb string, items []*memcache.Item) (refusals, error) {
 	cn, err := r.conn(ctx)
 	if err != nil {
-		return err
+		return refusals{}, err
 	}
 	if err := cn.nc.SetDeadline(time.Now().Add(r.timeout)); err != nil {
 		_ = cn.nc.Close()
-		return fmt.Errorf("%w: %w", errRefillNotSent, err)
+		return refusals{}, fmt.Errorf("%w: %w", errRefillNotSent, err)
 	}
-	refused, err := exchange(cn.rw, items)
+	refused, err := exchange(cn.rw, verb, items)
 	switch {
-	case errors.Is(err, errRefillFault): // every add answered: nothing more can land
+	case errors.Is(err, errRefillFault): // every command answered: nothing more can land
 		_ = cn.nc.Close()
-		return err
+		return refusals{}, err
 	case err != nil:
 		abort(cn.nc)
-		return fmt.Errorf("%w: %w", errRefillUnsure, err)
+		return refusals{}, fmt.Errorf("%w: %w", errRefillUnsure, err)
 	}
 	r.put(cn)
-	if refused != nil {
-		return refused
-	}
-	return nil
+	return refused, nil
 }
 
 // linger is a connection whose SO_LINGER can be set (*net.TCPConn).
@@ -173,33 +191,35 @@ func (r *refills) closeIdle() error {
 	return errors.Join(errs...)
 }
 
-// exchange writes items as adds, then reads one answer per item.
-// refused reports items the server did not store for a reason other than
-// an existing key; err, an exchange that failed (the connection must then
-// be closed).
-func exchange(rw *bufio.ReadWriter, items []*memcache.Item) (refused, err error) {
+// exchange writes items as verb commands (add or set), then reads one
+// answer per item. refused holds the items the server did not store for
+// a reason other than an existing key; err, an exchange that failed (the
+// connection must then be closed).
+func exchange(rw *bufio.ReadWriter, verb string, items []*memcache.Item) (refused refusals, err error) {
 	var line []byte
 	for _, it := range items {
-		line = appendAdd(line[:0], it)
+		line = appendStore(line[:0], verb, it)
 		if _, err := rw.Write(line); err != nil {
-			return nil, err
+			return refusals{}, err
 		}
 		if _, err := rw.Write(it.Value); err != nil {
-			return nil, err
+			return refusals{}, err
 		}
 		if _, err := rw.WriteString("\r\n"); err != nil {
-			return nil, err
+			return refusals{}, err
 		}
 	}
 	if err := rw.Flush(); err != nil {
-		return nil, err
+		return refusals{}, err
 	}
-	return readAnswers(rw.Reader, len(items))
+	return readAnswers(rw.Reader, verb, len(items))
 }
 
-// appendAdd appends the command line of a classic add of it.
-func appendAdd(b []byte, it *memcache.Item) []byte {
-	b = append(b, "add "...)
+// appendStore appends the command line of a classic storage command
+// (add or set) of it.
+func appendStore(b []byte, verb string, it *memcache.Item) []byte {
+	b = append(b, verb...)
+	b = append(b, ' ')
 	b = append(b, it.Key...)
 	b = append(b, ' ')
 	b = strconv.AppendUint(b, uint64(it.Flags), 10)
@@ -210,40 +230,61 @@ func appendAdd(b []byte, it *memcache.Item) []byte {
 	return append(b, "\r\n"...)
 }
 
-// readAnswers reads the answers to items adds: STORED, NOT_STORED for a
-// key that exists already (a refused add, which is normal), and
+// refusals are the items of one exchange that memcached refused to
+// store: too large, or no memory left for them.
+type refusals struct {
+	at    []int  // their indexes in the exchange, in order
+	of    int    // how many items the exchange sent
+	first string // the first refusal's answer
+}
+
+// err is nil when nothing was refused, else errItemRefused saying how
+// many of the exchange's items (what names them) were refused.
+func (r refusals) err(what string) error {
+	if len(r.at) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %d of %d %s items: %s", errItemRefused, len(r.at), r.of, what, r.first)
+}
+
+// readAnswers reads the answers to items commands of verb: STORED;
+// NOT_STORED, which for an add is a key that exists already (a refused
+// add, which is normal) and for a set a value not stored; and
 // SERVER_ERROR for an item the server did not store: refused as too
 // large or for want of memory (errItemRefused: the server is up, and
 // skipped the value and went on), or any other server error, a failure
 // after which the connection is not reused.
-func readAnswers(r *bufio.Reader, items int) (refused, err error) {
-	failed := 0
-	var firstRefusal, firstFault string
-	for range items {
+func readAnswers(r *bufio.Reader, verb string, items int) (refusals, error) {
+	refused := refusals{of: items}
+	faults := 0
+	var firstFault string
+	for i := range items {
 		line, err := r.ReadSlice('\n')
 		if err != nil {
-			return nil, err
+			return refusals{}, err
 		}
 		switch {
-		case bytes.Equal(line, []byte("STORED\r\n")), bytes.Equal(line, []byte("NOT_STORED\r\n")):
-		case bytes.HasPrefix(line, []byte("SERVER_ERROR ")):
-			failed++
-			text := string(bytes.TrimSpace(line))
-			switch {
-			case !refusal(text):
-				firstFault = cmp.Or(firstFault, text)
-			default:
-				firstRefusal = cmp.Or(firstRefusal, text)
+		case bytes.Equal(line, []byte("STORED\r\n")):
+		case bytes.Equal(line, []byte("NOT_STORED\r\n")):
+			if verb != "add" {
+				refused.at = append(refused.at, i)
+				refused.first = cmp.Or(refused.first, "NOT_STORED")
 			}
+		case bytes.HasPrefix(line, []byte("SERVER_ERROR ")):
+			text := string(bytes.TrimSpace(line))
+			if !refusal(text) {
+				faults++
+				firstFault = cmp.Or(firstFault, text)
+				continue
+			}
+			refused.at = append(refused.at, i)
+			refused.first = cmp.Or(refused.first, text)
 		default:
-			return nil, fmt.Errorf("%w: %q", errRefillProtocol, bytes.TrimSpace(line))
+			return refusals{}, fmt.Errorf("%w: %q", errRefillProtocol, bytes.TrimSpace(line))
 		}
 	}
-	switch {
-	case firstFault != "": // not a refusal of an item: the server failed, and the connection is closed
-		return nil, fmt.Errorf("%w: it did not store %d of %d (first failure: %s)", errRefillFault, failed, items, firstFault)
-	case failed > 0:
-		return fmt.Errorf("%w: %d of %d refilled items: %s", errItemRefused, failed, items, firstRefusal), nil
+	if faults > 0 { // not a refusal of an item: the server failed, and the connection is closed
+		return refusals{}, fmt.Errorf("%w: it did not store %d of %d (first failure: %s)", errRefillFault, faults+len(refused.at), items, firstFault)
 	}
-	return nil, nil
+	return refused, nil
 }

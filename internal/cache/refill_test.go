@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -200,19 +201,77 @@ func TestRefusedTombstoneIsNotWritten(t *testing.T) {
 	if st := c.Stats()[0]; st.BreakerState != "closed" || st.BreakerOpens != 0 || st.Errors == 0 || st.OwedTombstones == 0 {
 		t.Fatalf("stats %+v: want the breaker closed, never opened, the refusals counted as errors and their keys owed", st)
 	}
+	// A refusal is an answer: the connection that carried it is reused,
+	// so the pool never dials more than its cap, however many are refused.
+	if err := c.Invalidate(ctx, uniqueURIs(t, 500)); !errors.Is(err, errItemRefused) {
+		t.Fatalf("Invalidate in a full memcached, again: %v; want the refused tombstones reported", err)
+	}
+	if st := c.Stats()[0]; st.Dials > int64(cfg.MaxConnsPerServer) {
+		t.Fatalf("%d dials after the refused tombstones; want at most the cap of %d, the connections kept", st.Dials, cfg.MaxConnsPerServer)
+	}
+}
+
+// Tests that the tombstones of a many-record write go to a server in
+// pipelined writes of refillItemsPerWrite sets, that each is written (the
+// keys read as misses, and a refill of an older read cannot store them),
+// and that a single tombstone is a call of its own.
+func TestBatchTombstonesArePipelined(t *testing.T) {
+	c := newCache(t, []string{testenv.SharedMemcached(t)}, nil) // 64 connections: 4 carry pipelines
+	ctx := testContext(t, 8)
+	uris := uniqueURIs(t, 1000)
+	c.Fill(ctx, selfValued(uris))
+	if got := c.GetMulti(ctx, uris); len(got) != len(uris) {
+		t.Fatalf("GetMulti after the fill: %d of %d cached", len(got), len(uris))
+	}
+	if err := c.Invalidate(ctx, uris); err != nil {
+		t.Fatalf("Invalidate: %v", err)
+	}
+	if writes := c.Stats()[0].TombstoneWrites; writes != 2 {
+		t.Errorf("1000 tombstones took %d pipelined writes, want 2 (of at most %d sets)", writes, refillItemsPerWrite)
+	}
+	c.Fill(ctx, selfValued(uris))
+	if got := c.GetMulti(ctx, uris); len(got) != 0 {
+		t.Fatalf("GetMulti after the tombstones and a refill: %d of %d cached; want every key held by its tombstone", len(got), len(uris))
+	}
+	one := uniqueURIs(t, 1)
+	if err := c.Invalidate(ctx, one); err != nil {
+		t.Fatalf("Invalidate of one URI: %v", err)
+	}
+	if writes := c.Stats()[0].TombstoneWrites; writes != 2 {
+		t.Errorf("a single tombstone went out in a pipelined write (%d writes, want still 2)", writes)
+	}
+	c.Fill(ctx, selfValued(one))
+	if got := c.GetMulti(ctx, one); len(got) != 0 {
+		t.Fatalf("GetMulti of the single tombstoned key after a refill = %+v; want a miss", got)
+	}
 }
 
 // Tests that a pipelined refill answered with a SERVER_ERROR that is not
 // a refusal of the item is a failure, and its connection is not reused
 // (memcached may have closed it).
 func TestRefillServerFaultClosesTheConnection(t *testing.T) {
-	_, err := readAnswers(bufio.NewReader(strings.NewReader("STORED\r\nSERVER_ERROR out of memory reading request\r\n")), 2)
+	_, err := readAnswers(bufio.NewReader(strings.NewReader("STORED\r\nSERVER_ERROR out of memory reading request\r\n")), "add", 2)
 	if err == nil || errors.Is(err, errItemRefused) {
 		t.Fatalf("readAnswers on a server fault: err %v; want a failure, not a refusal", err)
 	}
-	refused, err := readAnswers(bufio.NewReader(strings.NewReader("SERVER_ERROR object too large for cache\r\nSTORED\r\n")), 2)
-	if err != nil || !errors.Is(refused, errItemRefused) {
+	refused, err := readAnswers(bufio.NewReader(strings.NewReader("SERVER_ERROR object too large for cache\r\nSTORED\r\n")), "add", 2)
+	if err != nil || !errors.Is(refused.err("refilled"), errItemRefused) {
 		t.Fatalf("readAnswers on a refusal: refused %v, err %v; want the refusal, the connection kept", refused, err)
+	}
+}
+
+// Tests that the answers to pipelined tombstones (sets) name each one
+// memcached did not store, and only those: a refusal and a set answered
+// NOT_STORED, where an add's NOT_STORED (the key exists) is no refusal.
+func TestPipelinedSetAnswersNameEachRefusedItem(t *testing.T) {
+	answers := "STORED\r\nSERVER_ERROR out of memory storing object\r\nSTORED\r\nNOT_STORED\r\n"
+	refused, err := readAnswers(bufio.NewReader(strings.NewReader(answers)), "set", 4)
+	if err != nil || !slices.Equal(refused.at, []int{1, 3}) {
+		t.Fatalf("readAnswers of sets: refused %v, err %v; want items 1 and 3 refused", refused.at, err)
+	}
+	refused, err = readAnswers(bufio.NewReader(strings.NewReader(answers)), "add", 4)
+	if err != nil || !slices.Equal(refused.at, []int{1}) {
+		t.Fatalf("readAnswers of adds: refused %v, err %v; want item 1 refused", refused.at, err)
 	}
 }
 

@@ -71,6 +71,7 @@ type server struct {
 	hits, misses, errors, skipped atomic.Int64
 	waits, waitExpired, gathered  atomic.Int64
 	breakerOpens, refillWrites    atomic.Int64
+	tombstoneWrites               atomic.Int64
 	distrusted                    atomic.Int64
 	distrust                      *distrust // nil without WithDistrust
 	singles                       *gather
@@ -111,47 +112,77 @@ func newServer(addr string, cfg Config, log *slog.Logger) *server {
 // It returns ErrUnavailable when the breaker or Close kept the call from
 // being made.
 func (s *server) do(ctx context.Context, op func(*memcache.Client) error) error {
-	if s.closed.Load() {
-		s.skipped.Add(1)
-		return fmt.Errorf("%w: %s: cache closed", ErrUnavailable, s.addr)
-	}
-	_, err := s.breaker.Execute(func() (struct{}, error) {
-		if err := s.acquire(ctx, s.sem); err != nil {
-			return struct{}{}, err
-		}
-		defer s.release(s.sem)
-		if s.breaker.State() == gobreaker.StateOpen {
-			return struct{}{}, errOpenedWhileWaiting
-		}
-		return struct{}{}, refusedItem(op(s.client))
-	})
-	return s.count(err)
+	return s.guarded(ctx, s.sem, func() error { return refusedItem(op(s.client)) })
 }
 
 // addPipelined adds items in one pipelined exchange on one of the
 // server's refill connections, under the breaker and the refill
 // semaphore, as do runs a client call. s.refills must not be nil.
 func (s *server) addPipelined(ctx context.Context, items []*memcache.Item) error {
+	err := s.guarded(ctx, s.refills.sem, func() error {
+		s.refillWrites.Add(1)
+		return s.refills.add(ctx, items)
+	})
+	for _, it := range items {
+		s.refilled(it.Key, err)
+	}
+	return err
+}
+
+// setPipelined sets items (tombstones) in one pipelined exchange on one
+// of the server's refill connections, as addPipelined adds. It returns
+// each item's error: nil for one stored, errItemRefused for one memcached
+// refused, and the call's error for every item when the exchange failed
+// or was not made (any of them may be stored or not). s.refills must not
+// be nil.
+func (s *server) setPipelined(ctx context.Context, items []*memcache.Item) []error {
+	var refused refusals
+	err := s.guarded(ctx, s.refills.sem, func() error {
+		s.tombstoneWrites.Add(1)
+		var err error
+		if refused, err = s.refills.set(ctx, items); err != nil {
+			return err
+		}
+		return refused.err("tombstone")
+	})
+	if err == nil || !errors.Is(err, errItemRefused) {
+		return repeated(err, len(items))
+	}
+	errs := make([]error, len(items))
+	for _, i := range refused.at {
+		errs[i] = err
+	}
+	return errs
+}
+
+// guarded runs op, a call holding one connection slot of sem, under the
+// breaker, and counts its outcome. It returns ErrUnavailable when the
+// breaker or Close kept the call from being made.
+func (s *server) guarded(ctx context.Context, sem *semaphore.Weighted, op func() error) error {
 	if s.closed.Load() {
 		s.skipped.Add(1)
 		return fmt.Errorf("%w: %s: cache closed", ErrUnavailable, s.addr)
 	}
 	_, err := s.breaker.Execute(func() (struct{}, error) {
-		if err := s.acquire(ctx, s.refills.sem); err != nil {
+		if err := s.acquire(ctx, sem); err != nil {
 			return struct{}{}, err
 		}
-		defer s.release(s.refills.sem)
+		defer s.release(sem)
 		if s.breaker.State() == gobreaker.StateOpen {
 			return struct{}{}, errOpenedWhileWaiting
 		}
-		s.refillWrites.Add(1)
-		return struct{}{}, s.refills.add(ctx, items)
+		return struct{}{}, op()
 	})
-	err = s.count(err)
-	for _, it := range items {
-		s.refilled(it.Key, err)
+	return s.count(err)
+}
+
+// repeated is n copies of err.
+func repeated(err error, n int) []error {
+	errs := make([]error, n)
+	for i := range errs {
+		errs[i] = err
 	}
-	return err
+	return errs
 }
 
 // isOpen reports whether the server's breaker is open: calls to it are
@@ -236,23 +267,24 @@ func (s *server) dial(ctx context.Context, network, addr string) (net.Conn, erro
 
 func (s *server) stats() ServerStats {
 	return ServerStats{
-		Addr:           s.addr,
-		Dials:          s.dials.Load(),
-		OpenConns:      s.dials.Load() - s.closes.Load(),
-		InUse:          s.inUse.Load(),
-		Hits:           s.hits.Load(),
-		Misses:         s.misses.Load(),
-		Errors:         s.errors.Load(),
-		Skipped:        s.skipped.Load(),
-		Waits:          s.waits.Load(),
-		WaitExpired:    s.waitExpired.Load(),
-		Gathered:       s.gathered.Load(),
-		BreakerState:   s.breaker.State().String(),
-		BreakerOpens:   s.breakerOpens.Load(),
-		RefillWrites:   s.refillWrites.Load(),
-		Suspect:        s.suspected(),
-		OwedTombstones: int64(s.owedLen()),
-		Distrusted:     s.distrusted.Load(),
+		Addr:            s.addr,
+		Dials:           s.dials.Load(),
+		OpenConns:       s.dials.Load() - s.closes.Load(),
+		InUse:           s.inUse.Load(),
+		Hits:            s.hits.Load(),
+		Misses:          s.misses.Load(),
+		Errors:          s.errors.Load(),
+		Skipped:         s.skipped.Load(),
+		Waits:           s.waits.Load(),
+		WaitExpired:     s.waitExpired.Load(),
+		Gathered:        s.gathered.Load(),
+		BreakerState:    s.breaker.State().String(),
+		BreakerOpens:    s.breakerOpens.Load(),
+		RefillWrites:    s.refillWrites.Load(),
+		TombstoneWrites: s.tombstoneWrites.Load(),
+		Suspect:         s.suspected(),
+		OwedTombstones:  int64(s.owedLen()),
+		Distrusted:      s.distrusted.Load(),
 	}
 }
 

@@ -356,20 +356,15 @@ func (c *Cache) RetryTombstones(ctx context.Context) (int, error) {
 			missed = append(missed, at)
 		}
 	}
-	errs := c.runEach(ctx, calls, (*memcache.Client).Set)
-	failed, first := 0, error(nil)
+	errs := c.setTombstones(ctx, calls)
 	for i, err := range errs {
 		if err == nil {
 			// The debt was recorded when its tombstone was missed; this
 			// one was begun later, so it is paid.
 			calls[i].srv.distrust.paid(calls[i].item.Key, missed[i])
-			continue
-		}
-		failed++
-		if first == nil {
-			first = fmt.Errorf("key %s on %s: %w", calls[i].item.Key, calls[i].srv.addr, err)
 		}
 	}
+	failed, first := failures(calls, errs)
 	if failed > 0 {
 		return len(calls) - failed, fmt.Errorf("cache: retry tombstones: %d of %d not written: %w", failed, len(calls), first)
 	}

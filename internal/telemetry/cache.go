@@ -13,22 +13,23 @@ var breakerStates = map[string]int64{"closed": 0, "half-open": 1, "open": 2}
 
 // ObserveCache exports the memcached pool's per-server figures: dials,
 // open and in-use connections, waits, single-key reads gathered into
-// one get, pipelined refill writes, hits, misses, errors, calls skipped
+// one get, pipelined refill and tombstone writes, hits, misses, errors, calls skipped
 // by the breaker, the breaker's state (0 closed, 1 half-open, 2 open) and
 // how often it opened.
 func (t *Telemetry) ObserveCache(stats func() []cache.ServerStats) error {
 	m := t.meter
 	counters := map[string]func(cache.ServerStats) int64{
-		"sluice.memcached.dials":          func(s cache.ServerStats) int64 { return s.Dials },
-		"sluice.memcached.waits":          func(s cache.ServerStats) int64 { return s.Waits },
-		"sluice.memcached.gathered_reads": func(s cache.ServerStats) int64 { return s.Gathered },
-		"sluice.memcached.refill_writes":  func(s cache.ServerStats) int64 { return s.RefillWrites },
-		"sluice.cache.hits":               func(s cache.ServerStats) int64 { return s.Hits },
-		"sluice.cache.misses":             func(s cache.ServerStats) int64 { return s.Misses },
-		"sluice.cache.errors":             func(s cache.ServerStats) int64 { return s.Errors },
-		"sluice.cache.skipped":            func(s cache.ServerStats) int64 { return s.Skipped },
-		"sluice.cache.breaker_opens":      func(s cache.ServerStats) int64 { return s.BreakerOpens },
-		"sluice.cache.distrusted":         func(s cache.ServerStats) int64 { return s.Distrusted },
+		"sluice.memcached.dials":            func(s cache.ServerStats) int64 { return s.Dials },
+		"sluice.memcached.waits":            func(s cache.ServerStats) int64 { return s.Waits },
+		"sluice.memcached.gathered_reads":   func(s cache.ServerStats) int64 { return s.Gathered },
+		"sluice.memcached.refill_writes":    func(s cache.ServerStats) int64 { return s.RefillWrites },
+		"sluice.memcached.tombstone_writes": func(s cache.ServerStats) int64 { return s.TombstoneWrites },
+		"sluice.cache.hits":                 func(s cache.ServerStats) int64 { return s.Hits },
+		"sluice.cache.misses":               func(s cache.ServerStats) int64 { return s.Misses },
+		"sluice.cache.errors":               func(s cache.ServerStats) int64 { return s.Errors },
+		"sluice.cache.skipped":              func(s cache.ServerStats) int64 { return s.Skipped },
+		"sluice.cache.breaker_opens":        func(s cache.ServerStats) int64 { return s.BreakerOpens },
+		"sluice.cache.distrusted":           func(s cache.ServerStats) int64 { return s.Distrusted },
 	}
 	gauges := map[string]func(cache.ServerStats) int64{
 		"sluice.memcached.connections.open":   func(s cache.ServerStats) int64 { return s.OpenConns },
