@@ -309,22 +309,29 @@ part_journalrow() {
   } >"$OUT/md/$p.md"
 }
 
-# part_tombstones: a 1,000-record write's tombstones on one memcached,
-# pipelined against one set per call (cache's BenchmarkInvalidate).
+# part_tombstones: a 1,000-record write's tombstones, and a replay's
+# deletes of 1,000 URIs, on one memcached, pipelined against one command
+# per call (cache's BenchmarkInvalidate and BenchmarkDropOn).
 part_tombstones() {
-  local p=62-tombstones
-  alternate_bench $p internal/cache BenchmarkInvalidate pipelined one-by-one tombstones/s "${SLUICE_BENCH_TOMBSTONE_ROUNDS:-3}" 200
+  local p=62-tombstones rounds=${SLUICE_BENCH_TOMBSTONE_ROUNDS:-3} tombstones deletes
+  alternate_bench $p internal/cache BenchmarkInvalidate pipelined one-by-one tombstones/s "$rounds" 200
+  tombstones=$(ratio_table "pipelined, tombstones/s" "one per call, tombstones/s"; echo; echo "Median ratio: **$MEDIAN×** the tombstones/s of one set per call.")
+  alternate_bench $p internal/cache BenchmarkDropOn pipelined one-by-one deletes/s "$rounds" 200
+  deletes=$(ratio_table "pipelined, deletes/s" "one per call, deletes/s"; echo; echo "Median ratio: **$MEDIAN×** the deletes/s of one delete per call.")
   {
-    echo "## Tombstones of a many-record write"
+    echo "## Tombstones and replays of many keys"
     echo
-    echo "One memcached, 1,000 tombstones per \`Invalidate\` (what a 1,000-record \`PutPostRecords\` or"
-    echo "\`DeletePostRecords\` sets after its store write) at the default batch fan-out of 50: in pipelined"
-    echo "writes of 500 sets on the refill connections, against one set per call on the pool's"
-    echo "other connections (\`BenchmarkInvalidate\`, 200 invalidations per measure, alternating)."
+    echo "One memcached, 1,000 keys per call at the default batch fan-out of 50: in pipelined writes"
+    echo "of up to 500 commands on the refill connections, against one command per call on the pool's"
+    echo "other connections, alternating, 200 calls per measure. \`Invalidate\` sets the tombstones"
+    echo "of a 1,000-record \`PutPostRecords\` or \`DeletePostRecords\` (\`BenchmarkInvalidate\`):"
     echo
-    ratio_table "pipelined, tombstones/s" "one per call, tombstones/s"
+    echo "$tombstones"
     echo
-    echo "Median ratio: **$MEDIAN×** the tombstones/s of one set per call."
+    echo "\`DropOn\` deletes, in a journal replay onto a server that failed or at start-up, every"
+    echo "URI changed since (\`BenchmarkDropOn\`); until it ends the server's keys are read from the store:"
+    echo
+    echo "$deletes"
   } >"$OUT/md/$p.md"
 }
 

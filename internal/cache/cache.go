@@ -265,10 +265,8 @@ func (c *Cache) addPipelined(ctx context.Context, byServer map[*server][]*memcac
 	}
 	var writes []write
 	for srv, items := range byServer {
-		for len(items) > 0 {
-			n := min(len(items), refillItemsPerWrite)
-			writes = append(writes, write{srv: srv, items: items[:n]})
-			items = items[n:]
+		for _, part := range inWrites(items) {
+			writes = append(writes, write{srv: srv, items: part})
 		}
 	}
 	_ = fanout.Each(ctx, len(writes), func(ctx context.Context, i int) error {
@@ -314,11 +312,7 @@ func (c *Cache) setTombstones(ctx context.Context, calls []call) []error {
 			}
 			continue
 		}
-		for len(idx) > 0 {
-			n := min(len(idx), refillItemsPerWrite)
-			writes = append(writes, idx[:n])
-			idx = idx[n:]
-		}
+		writes = append(writes, inWrites(idx)...)
 	}
 	errs := make([]error, len(calls))
 	for i := range errs {
@@ -336,6 +330,18 @@ func (c *Cache) setTombstones(ctx context.Context, calls []call) []error {
 		calls[i].srv.tombstoned(calls[i].item.Key, start, errs[i])
 	}
 	return errs
+}
+
+// inWrites splits items into the parts pipelined writes carry, of up to
+// refillItemsPerWrite each, in order.
+func inWrites[T any](items []T) [][]T {
+	var parts [][]T
+	for len(items) > 0 {
+		n := min(len(items), refillItemsPerWrite)
+		parts = append(parts, items[:n])
+		items = items[n:]
+	}
+	return parts
 }
 
 // setWrite sets the items of the calls at idx, all on one server, into

@@ -107,6 +107,14 @@ func (r *refills) set(ctx context.Context, items []*memcache.Item) (refusals, er
 	return r.send(ctx, "set", items)
 }
 
+// delete deletes the keys of items on one connection in one exchange; a
+// key not there is no failure. It returns an error for a failed exchange,
+// after which any of them may or may not be deleted.
+func (r *refills) delete(ctx context.Context, items []*memcache.Item) error {
+	_, err := r.send(ctx, "delete", items)
+	return err
+}
+
 // send writes items as verb commands on one connection in one exchange
 // and reads their answers.
 //
@@ -191,21 +199,14 @@ func (r *refills) closeIdle() error {
 	return errors.Join(errs...)
 }
 
-// exchange writes items as verb commands (add or set), then reads one
-// answer per item. refused holds the items the server did not store for
+// exchange writes items as verb commands (add, set or delete), then
+// reads one answer per item. refused holds the items the server did not store for
 // a reason other than an existing key; err, an exchange that failed (the
 // connection must then be closed).
 func exchange(rw *bufio.ReadWriter, verb string, items []*memcache.Item) (refused refusals, err error) {
-	var line []byte
+	var scratch []byte
 	for _, it := range items {
-		line = appendStore(line[:0], verb, it)
-		if _, err := rw.Write(line); err != nil {
-			return refusals{}, err
-		}
-		if _, err := rw.Write(it.Value); err != nil {
-			return refusals{}, err
-		}
-		if _, err := rw.WriteString("\r\n"); err != nil {
+		if scratch, err = writeCommand(rw.Writer, verb, it, scratch); err != nil {
 			return refusals{}, err
 		}
 	}
@@ -213,6 +214,26 @@ func exchange(rw *bufio.ReadWriter, verb string, items []*memcache.Item) (refuse
 		return refusals{}, err
 	}
 	return readAnswers(rw.Reader, verb, len(items))
+}
+
+// writeCommand writes the command of verb for it: a delete's line, or a
+// storage command's line and value. It returns scratch, the buffer the
+// line was built in, for the next command.
+func writeCommand(w *bufio.Writer, verb string, it *memcache.Item, scratch []byte) ([]byte, error) {
+	if verb == "delete" {
+		scratch = append(append(append(scratch[:0], "delete "...), it.Key...), "\r\n"...)
+		_, err := w.Write(scratch)
+		return scratch, err
+	}
+	scratch = appendStore(scratch[:0], verb, it)
+	if _, err := w.Write(scratch); err != nil {
+		return scratch, err
+	}
+	if _, err := w.Write(it.Value); err != nil {
+		return scratch, err
+	}
+	_, err := w.WriteString("\r\n")
+	return scratch, err
 }
 
 // appendStore appends the command line of a classic storage command
@@ -249,7 +270,8 @@ func (r refusals) err(what string) error {
 
 // readAnswers reads the answers to items commands of verb: STORED;
 // NOT_STORED, which for an add is a key that exists already (a refused
-// add, which is normal) and for a set a value not stored; and
+// add, which is normal) and for a set a value not stored; DELETED and
+// NOT_FOUND (nothing to delete) for a delete; and
 // SERVER_ERROR for an item the server did not store: refused as too
 // large or for want of memory (errItemRefused: the server is up, and
 // skipped the value and went on), or any other server error, a failure
@@ -264,8 +286,9 @@ func readAnswers(r *bufio.Reader, verb string, items int) (refusals, error) {
 			return refusals{}, err
 		}
 		switch {
-		case bytes.Equal(line, []byte("STORED\r\n")):
-		case bytes.Equal(line, []byte("NOT_STORED\r\n")):
+		case bytes.Equal(line, []byte("STORED\r\n")) && verb != "delete":
+		case (bytes.Equal(line, []byte("DELETED\r\n")) || bytes.Equal(line, []byte("NOT_FOUND\r\n"))) && verb == "delete":
+		case bytes.Equal(line, []byte("NOT_STORED\r\n")) && verb != "delete":
 			if verb != "add" {
 				refused.at = append(refused.at, i)
 				refused.first = cmp.Or(refused.first, "NOT_STORED")

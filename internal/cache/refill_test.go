@@ -262,8 +262,9 @@ func TestRefillServerFaultClosesTheConnection(t *testing.T) {
 
 // Tests that the answers to pipelined tombstones (sets) name each one
 // memcached did not store, and only those: a refusal and a set answered
-// NOT_STORED, where an add's NOT_STORED (the key exists) is no refusal.
-func TestPipelinedSetAnswersNameEachRefusedItem(t *testing.T) {
+// NOT_STORED, where an add's NOT_STORED (the key exists) is no refusal;
+// and that a delete takes DELETED and NOT_FOUND, and nothing else.
+func TestPipelinedAnswersNameEachRefusedItem(t *testing.T) {
 	answers := "STORED\r\nSERVER_ERROR out of memory storing object\r\nSTORED\r\nNOT_STORED\r\n"
 	refused, err := readAnswers(bufio.NewReader(strings.NewReader(answers)), "set", 4)
 	if err != nil || !slices.Equal(refused.at, []int{1, 3}) {
@@ -272,6 +273,13 @@ func TestPipelinedSetAnswersNameEachRefusedItem(t *testing.T) {
 	refused, err = readAnswers(bufio.NewReader(strings.NewReader(answers)), "add", 4)
 	if err != nil || !slices.Equal(refused.at, []int{1}) {
 		t.Fatalf("readAnswers of adds: refused %v, err %v; want item 1 refused", refused.at, err)
+	}
+	refused, err = readAnswers(bufio.NewReader(strings.NewReader("DELETED\r\nNOT_FOUND\r\n")), "delete", 2)
+	if err != nil || len(refused.at) != 0 {
+		t.Fatalf("readAnswers of deletes: refused %v, err %v; want both deleted, a missing key no failure", refused.at, err)
+	}
+	if _, err := readAnswers(bufio.NewReader(strings.NewReader("STORED\r\n")), "delete", 1); !errors.Is(err, errRefillProtocol) {
+		t.Fatalf("readAnswers of a delete answered STORED: %v; want errRefillProtocol", err)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/sluice-dev/sluice/internal/guard/fanout"
 )
 
 // Distrust, with WithDistrust, comes in two sizes.
@@ -380,26 +381,64 @@ func (c *Cache) RetryTombstones(ctx context.Context) (int, error) {
 // both). A replay
 // deletes rather than tombstones: the server is distrusted meanwhile, so
 // this process fills nothing on it, and a tombstone would block refills
-// of every replayed key for TombstoneTTL after the server is back. It
-// returns an error saying how many deletes failed.
+// of every replayed key for TombstoneTTL after the server is back. The
+// deletes go out as tombstones do (setTombstones): pipelined, up to
+// refillItemsPerWrite a write, when the server has a refill pipeline, so
+// that the replay a starting process makes of the last entry lifetime's
+// changes ends soon, and with it the reads of every key from the store.
+// It returns an error saying how many deletes failed.
 func (c *Cache) DropOn(ctx context.Context, addr string, uris []string) error {
 	idx := slices.Index(c.cfg.Servers, addr)
 	if idx < 0 {
 		return fmt.Errorf("cache: drop on %s: not a configured server", addr)
 	}
-	var calls []call
+	srv := c.servers[idx]
+	var items []*memcache.Item
 	for _, u := range uris {
 		k := Key(u)
 		first := pick(c.seeds, k)
 		if first == idx || pickLive(c.seeds, k, func(i int) bool { return i != first }) == idx {
-			calls = append(calls, call{srv: c.servers[idx], item: &memcache.Item{Key: k}})
+			items = append(items, &memcache.Item{Key: k})
 		}
 	}
-	del := func(mc *memcache.Client, it *memcache.Item) error { return mc.Delete(it.Key) }
-	if failed, first := c.run(ctx, calls, del); failed > 0 {
-		return fmt.Errorf("cache: drop on %s: %d of %d deletes failed: %w", addr, failed, len(calls), first)
+	if failed, first := c.deleteOn(ctx, srv, items); failed > 0 {
+		return fmt.Errorf("cache: drop on %s: %d of %d deletes failed: %w", addr, failed, len(items), first)
 	}
 	return nil
+}
+
+// deleteOn deletes the keys of items on srv under the request's fan-out
+// limit, in pipelined writes when srv has a refill pipeline, else one
+// call per key, and reports how many deletes failed, with the first
+// failure. A key not there is no failure.
+func (c *Cache) deleteOn(ctx context.Context, srv *server, items []*memcache.Item) (int, error) {
+	if srv.refills == nil {
+		calls := make([]call, len(items))
+		for i, it := range items {
+			calls[i] = call{srv: srv, item: it}
+		}
+		del := func(mc *memcache.Client, it *memcache.Item) error { return mc.Delete(it.Key) }
+		return c.run(ctx, calls, del)
+	}
+	writes := inWrites(items)
+	errs := make([]error, len(writes))
+	for i := range errs {
+		errs[i] = errNotAttempted
+	}
+	_ = fanout.Each(ctx, len(writes), func(ctx context.Context, i int) error {
+		errs[i] = srv.deletePipelined(ctx, writes[i])
+		return nil
+	})
+	failed, first := 0, error(nil)
+	for i, err := range errs {
+		if err != nil {
+			failed += len(writes[i])
+			if first == nil {
+				first = fmt.Errorf("%d keys on %s: %w", len(writes[i]), srv.addr, err)
+			}
+		}
+	}
+	return failed, first
 }
 
 func minTime(a, b time.Time) time.Time {

@@ -196,6 +196,34 @@ func TestDropOnDeletesStandInCopies(t *testing.T) {
 	}
 }
 
+// Tests that a replay of many URIs deletes every one the server holds,
+// in pipelined writes, and takes a key it does not hold (NOT_FOUND) as
+// deleted.
+func TestDropOnDeletesManyKeys(t *testing.T) {
+	addr := testenv.SharedMemcached(t)
+	c := newCache(t, []string{addr}, nil) // 64 connections: 4 carry pipelines
+	uris := uniqueURIs(t, 1500)
+	held := uris[:1200]
+	raw := memcache.New(addr)
+	for _, u := range held {
+		if err := raw.Set(&memcache.Item{Key: Key(u), Value: []byte("stale"), Flags: flagValue}); err != nil {
+			t.Fatalf("put a copy: %v", err)
+		}
+	}
+	dials := c.Stats()[0].Dials
+	if err := c.DropOn(testContext(t, 8), addr, uris); err != nil {
+		t.Fatalf("DropOn of %d URIs, %d of them held: %v", len(uris), len(held), err)
+	}
+	// Three pipelined writes of up to 500 deletes need at most three
+	// connections; one delete per call at fan-out 8 would take eight.
+	if n := c.Stats()[0].Dials - dials; n > 3 {
+		t.Errorf("the replay dialled %d connections; want at most 3, one per pipelined write", n)
+	}
+	if got := c.GetMulti(testContext(t, 8), held); len(got) != 0 {
+		t.Fatalf("after the replay, %d of the %d held keys are still there", len(got), len(held))
+	}
+}
+
 // Tests that a refill whose outcome is unknown — its adds went out to a
 // frozen memcached and no answer came — leaves its keys owed, as a
 // missed tombstone does: the add may still land, with a record read
