@@ -332,6 +332,17 @@ func (c *Cache) setTombstones(ctx context.Context, calls []call) []error {
 	return errs
 }
 
+// setTombstone sets one tombstone with the gomemcache client. A set
+// answered NOT_STORED did not store it, whatever an add so answered
+// means (isSuccessful), so it is a refusal, as on the pipeline.
+func setTombstone(mc *memcache.Client, it *memcache.Item) error {
+	err := mc.Set(it)
+	if errors.Is(err, memcache.ErrNotStored) {
+		return fmt.Errorf("%w: the set was answered NOT_STORED", errItemRefused)
+	}
+	return err
+}
+
 // inWrites splits items into the parts pipelined writes carry, of up to
 // refillItemsPerWrite each, in order.
 func inWrites[T any](items []T) [][]T {
@@ -350,7 +361,7 @@ func (c *Cache) setWrite(ctx context.Context, calls []call, idx []int, errs []er
 	srv := calls[idx[0]].srv
 	if len(idx) == 1 {
 		it := calls[idx[0]].item
-		errs[idx[0]] = srv.do(ctx, func(mc *memcache.Client) error { return mc.Set(it) })
+		errs[idx[0]] = srv.do(ctx, func(mc *memcache.Client) error { return setTombstone(mc, it) })
 		return
 	}
 	items := make([]*memcache.Item, len(idx))

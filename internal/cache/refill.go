@@ -109,10 +109,14 @@ func (r *refills) set(ctx context.Context, items []*memcache.Item) (refusals, er
 
 // delete deletes the keys of items on one connection in one exchange; a
 // key not there is no failure. It returns an error for a failed exchange,
-// after which any of them may or may not be deleted.
+// after which any of them may or may not be deleted, and for keys the
+// server answered with a refusal (a proxy's), which are not deleted.
 func (r *refills) delete(ctx context.Context, items []*memcache.Item) error {
-	_, err := r.send(ctx, "delete", items)
-	return err
+	refused, err := r.send(ctx, "delete", items)
+	if err != nil {
+		return err
+	}
+	return refused.err("deleted")
 }
 
 // send writes items as verb commands on one connection in one exchange

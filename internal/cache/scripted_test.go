@@ -1,0 +1,166 @@
+package cache
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluice-dev/sluice/internal/guard/fanout"
+)
+
+// withScriptedMemcached runs client against a memcached stand-in that
+// answers the n-th command it reads (counted from 0 over its connections)
+// with answer(n, the command's verb): for what a real memcached never
+// answers, such as a refusal in the middle of a pipelined write, or a
+// proxy's refusal of a delete. It serves one connection at a time; client
+// must close its connections (its Cache) before it returns.
+func withScriptedMemcached(t *testing.T, answer func(n int, verb string) string, client func(addr string)) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = fanout.Each(testContext(t, 2), 2, func(_ context.Context, i int) error {
+		if i == 1 {
+			defer l.Close()
+			client(l.Addr().String())
+			return nil
+		}
+		for n := 0; ; {
+			nc, err := l.Accept()
+			if err != nil {
+				return nil // the listener is closed: client is done
+			}
+			if n, err = serveScripted(nc, n, answer); err != nil {
+				return err
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// cacheOn is a Cache with the defaults on the one server at addr, or nil
+// (the test failed) when New refuses. The caller closes it.
+func cacheOn(t *testing.T, addr string, opts ...Option) *Cache {
+	cfg := DefaultConfig()
+	cfg.Servers = []string{addr}
+	c, err := New(cfg, opts...)
+	if err != nil {
+		t.Error(err)
+		return nil
+	}
+	return c
+}
+
+// serveScripted answers the commands read from nc, the first of them the
+// n-th, until the client closes it, and returns the count of commands
+// answered so far. It reads a storage command's data line.
+func serveScripted(nc net.Conn, n int, answer func(n int, verb string) string) (int, error) {
+	defer nc.Close()
+	if err := nc.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		return n, err
+	}
+	rw := bufio.NewReadWriter(bufio.NewReader(nc), bufio.NewWriter(nc))
+	for ; ; n++ {
+		line, err := rw.ReadString('\n')
+		if err != nil {
+			return n, nil // the client closed the connection
+		}
+		verb, _, _ := strings.Cut(strings.TrimSpace(line), " ")
+		if verb == "set" || verb == "add" {
+			if _, err := rw.ReadString('\n'); err != nil {
+				return n, err
+			}
+		}
+		if _, err := rw.WriteString(answer(n, verb) + "\r\n"); err != nil {
+			return n, err
+		}
+		if rw.Reader.Buffered() == 0 {
+			if err := rw.Flush(); err != nil {
+				return n, err
+			}
+		}
+	}
+}
+
+// Tests that when memcached refuses some tombstones of a pipelined write,
+// exactly those keys are owed and every other key is trusted: a
+// refused tombstone reported written would let a stale entry be read, a
+// written one reported refused would only cost a miss.
+func TestRefusedTombstonesOfAPipelinedWriteAreOwedOneByOne(t *testing.T) {
+	refusedAt := map[int]bool{0: true, 3: true}
+	answer := func(n int, _ string) string {
+		if refusedAt[n] {
+			return "SERVER_ERROR out of memory storing object"
+		}
+		return "STORED"
+	}
+	withScriptedMemcached(t, answer, func(addr string) {
+		c := cacheOn(t, addr, WithDistrust())
+		if c == nil {
+			return
+		}
+		defer c.Close()
+		uris := uniqueURIs(t, 5)
+		if err := c.Invalidate(testContext(t, 4), uris); !errors.Is(err, errItemRefused) {
+			t.Errorf("Invalidate: %v; want the two refusals reported", err)
+		}
+		if w := c.Stats()[0].TombstoneWrites; w != 1 {
+			t.Errorf("%d pipelined writes; want the 5 tombstones in 1", w)
+		}
+		for i, u := range uris {
+			if owed := !c.servers[0].trusts(Key(u)); owed != refusedAt[i] {
+				t.Errorf("tombstone %d (refused %v): owed %v", i, refusedAt[i], owed)
+			}
+		}
+	})
+}
+
+// Tests that a replay's delete answered with a refusal (which a proxy in
+// front of memcached may send) fails the replay, so the server is not
+// trusted with a key it may still hold.
+func TestRefusedDeleteFailsTheReplay(t *testing.T) {
+	answer := func(n int, _ string) string {
+		if n == 1 {
+			return "SERVER_ERROR out of memory storing object"
+		}
+		return "DELETED"
+	}
+	withScriptedMemcached(t, answer, func(addr string) {
+		c := cacheOn(t, addr)
+		if c == nil {
+			return
+		}
+		defer c.Close()
+		if err := c.DropOn(testContext(t, 4), addr, uniqueURIs(t, 3)); !errors.Is(err, errItemRefused) {
+			t.Errorf("DropOn with a refused delete: %v; want the refusal reported", err)
+		}
+	})
+}
+
+// Tests that a single tombstone, set with the gomemcache client, that is
+// answered NOT_STORED counts as not written and leaves its key owed, as
+// on the pipeline: for an add that answer is normal, for a set it means
+// the tombstone is not there.
+func TestSingleTombstoneAnsweredNotStoredIsOwed(t *testing.T) {
+	withScriptedMemcached(t, func(int, string) string { return "NOT_STORED" }, func(addr string) {
+		c := cacheOn(t, addr, WithDistrust())
+		if c == nil {
+			return
+		}
+		defer c.Close()
+		uri := uniqueURIs(t, 1)[0]
+		if err := c.Invalidate(testContext(t, 4), []string{uri}); !errors.Is(err, errItemRefused) {
+			t.Errorf("Invalidate answered NOT_STORED: %v; want the tombstone reported not written", err)
+		}
+		if c.servers[0].trusts(Key(uri)) {
+			t.Errorf("the key whose tombstone was not stored is trusted; want it owed")
+		}
+	})
+}
