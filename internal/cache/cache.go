@@ -293,13 +293,37 @@ func (c *Cache) Invalidate(ctx context.Context, uris []string) error {
 	return nil
 }
 
-// setTombstones writes the tombstones of calls under the request's
-// fan-out limit and returns each one's error, recording its outcome on
-// its server as runEach does. A server given more than one, when it has
-// a refill pipeline, takes them in pipelined writes of up to
-// refillItemsPerWrite (one round trip each); a single tombstone is one
-// call of the gomemcache client, which has the most connections.
+// setTombstones writes the tombstones of calls (writeEach) and returns
+// each one's error, recording its outcome on its server: one not written
+// is owed (see Distrust), one written pays what the key owed before it
+// began.
 func (c *Cache) setTombstones(ctx context.Context, calls []call) []error {
+	start := time.Now()
+	errs := c.writeEach(ctx, calls, setTombstone, (*server).setPipelined)
+	for i, err := range errs {
+		calls[i].srv.tombstoned(calls[i].item.Key, start, err)
+	}
+	return errs
+}
+
+// setTombstone sets one tombstone with the gomemcache client. A set
+// answered NOT_STORED did not store it, whatever an add so answered
+// means (isSuccessful), so it is a refusal, as on the pipeline.
+func setTombstone(mc *memcache.Client, it *memcache.Item) error {
+	err := mc.Set(it)
+	if errors.Is(err, memcache.ErrNotStored) {
+		return fmt.Errorf("%w: the set was answered NOT_STORED", errItemRefused)
+	}
+	return err
+}
+
+// writeEach makes calls under the request's fan-out limit and returns
+// each one's error, nil for success. A server given more than one, when
+// it has a refill pipeline, takes them in pipelined writes of up to
+// refillItemsPerWrite (pipelined: one round trip each, an error per
+// item); a single call is one call of the gomemcache client (single),
+// which has the most connections.
+func (c *Cache) writeEach(ctx context.Context, calls []call, single func(*memcache.Client, *memcache.Item) error, pipelined func(*server, context.Context, []*memcache.Item) []error) []error {
 	byServer := map[*server][]int{}
 	for i, cl := range calls {
 		byServer[cl.srv] = append(byServer[cl.srv], i)
@@ -318,29 +342,29 @@ func (c *Cache) setTombstones(ctx context.Context, calls []call) []error {
 	for i := range errs {
 		errs[i] = errNotAttempted
 	}
-	start := time.Now()
 	_ = fanout.Each(ctx, len(writes), func(ctx context.Context, w int) error {
-		c.setWrite(ctx, calls, writes[w], errs)
+		idx := writes[w]
+		srv := calls[idx[0]].srv
+		if len(idx) == 1 {
+			it := calls[idx[0]].item
+			errs[idx[0]] = srv.do(ctx, func(mc *memcache.Client) error { return single(mc, it) })
+			return nil
+		}
+		items := make([]*memcache.Item, len(idx))
+		for k, i := range idx {
+			items[k] = calls[i].item
+		}
+		for k, err := range pipelined(srv, ctx, items) {
+			errs[idx[k]] = err
+		}
 		return nil
 	})
 	for i, err := range errs {
 		if isSuccessful(err) {
 			errs[i] = nil
 		}
-		calls[i].srv.tombstoned(calls[i].item.Key, start, errs[i])
 	}
 	return errs
-}
-
-// setTombstone sets one tombstone with the gomemcache client. A set
-// answered NOT_STORED did not store it, whatever an add so answered
-// means (isSuccessful), so it is a refusal, as on the pipeline.
-func setTombstone(mc *memcache.Client, it *memcache.Item) error {
-	err := mc.Set(it)
-	if errors.Is(err, memcache.ErrNotStored) {
-		return fmt.Errorf("%w: the set was answered NOT_STORED", errItemRefused)
-	}
-	return err
 }
 
 // inWrites splits items into the parts pipelined writes carry, of up to
@@ -353,24 +377,6 @@ func inWrites[T any](items []T) [][]T {
 		items = items[n:]
 	}
 	return parts
-}
-
-// setWrite sets the items of the calls at idx, all on one server, into
-// errs: in one pipelined exchange, or one call for a single item.
-func (c *Cache) setWrite(ctx context.Context, calls []call, idx []int, errs []error) {
-	srv := calls[idx[0]].srv
-	if len(idx) == 1 {
-		it := calls[idx[0]].item
-		errs[idx[0]] = srv.do(ctx, func(mc *memcache.Client) error { return setTombstone(mc, it) })
-		return
-	}
-	items := make([]*memcache.Item, len(idx))
-	for k, i := range idx {
-		items[k] = calls[i].item
-	}
-	for k, err := range srv.setPipelined(ctx, items) {
-		errs[idx[k]] = err
-	}
 }
 
 // tombstoneCalls are the tombstone writes for key: on its current owner
@@ -442,13 +448,6 @@ type call struct {
 	item *memcache.Item
 }
 
-// run makes calls under the request's fan-out limit and reports how many
-// failed for reasons other than a refused ADD, with the first such
-// error.
-func (c *Cache) run(ctx context.Context, calls []call, op func(*memcache.Client, *memcache.Item) error) (int, error) {
-	return failures(calls, c.runEach(ctx, calls, op))
-}
-
 // failures counts the calls whose error in errs is not nil, and names
 // the first.
 func failures(calls []call, errs []error) (int, error) {
@@ -464,16 +463,13 @@ func failures(calls []call, errs []error) (int, error) {
 	return failed, first
 }
 
-// runEach makes calls under the request's fan-out limit and returns each
-// one's error, nil for a refused ADD. A tombstone's outcome is recorded
-// on its server: one not written is owed (see Distrust), one written
-// pays what the key owed before it began.
+// runEach makes calls under the request's fan-out limit, one gomemcache
+// call each, and returns each one's error, nil for a refused ADD.
 func (c *Cache) runEach(ctx context.Context, calls []call, op func(*memcache.Client, *memcache.Item) error) []error {
 	errs := make([]error, len(calls))
 	for i := range errs {
 		errs[i] = errNotAttempted
 	}
-	start := time.Now()
 	_ = fanout.Each(ctx, len(calls), func(ctx context.Context, i int) error {
 		errs[i] = calls[i].srv.do(ctx, func(mc *memcache.Client) error { return op(mc, calls[i].item) })
 		return nil
@@ -481,9 +477,6 @@ func (c *Cache) runEach(ctx context.Context, calls []call, op func(*memcache.Cli
 	for i, err := range errs {
 		if isSuccessful(err) {
 			errs[i] = nil
-		}
-		if calls[i].item.Flags == flagTombstone {
-			calls[i].srv.tombstoned(calls[i].item.Key, start, errs[i])
 		}
 	}
 	return errs

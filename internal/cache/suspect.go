@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
-	"github.com/sluice-dev/sluice/internal/guard/fanout"
 )
 
 // Distrust, with WithDistrust, comes in two sizes.
@@ -382,7 +381,7 @@ func (c *Cache) RetryTombstones(ctx context.Context) (int, error) {
 // deletes rather than tombstones: the server is distrusted meanwhile, so
 // this process fills nothing on it, and a tombstone would block refills
 // of every replayed key for TombstoneTTL after the server is back. The
-// deletes go out as tombstones do (setTombstones): pipelined, up to
+// deletes go out as tombstones do (writeEach): pipelined, up to
 // refillItemsPerWrite a write, when the server has a refill pipeline, so
 // that the replay a starting process makes of the last entry lifetime's
 // changes ends soon, and with it the reads of every key from the store.
@@ -407,38 +406,19 @@ func (c *Cache) DropOn(ctx context.Context, addr string, uris []string) error {
 	return nil
 }
 
-// deleteOn deletes the keys of items on srv under the request's fan-out
-// limit, in pipelined writes when srv has a refill pipeline, else one
-// call per key, and reports how many deletes failed, with the first
-// failure. A key not there is no failure.
+// deleteOn deletes the keys of items on srv as writeEach writes, and
+// reports how many deletes failed, with the first failure. A key not
+// there is no failure.
 func (c *Cache) deleteOn(ctx context.Context, srv *server, items []*memcache.Item) (int, error) {
-	if srv.refills == nil {
-		calls := make([]call, len(items))
-		for i, it := range items {
-			calls[i] = call{srv: srv, item: it}
-		}
-		del := func(mc *memcache.Client, it *memcache.Item) error { return mc.Delete(it.Key) }
-		return c.run(ctx, calls, del)
+	calls := make([]call, len(items))
+	for i, it := range items {
+		calls[i] = call{srv: srv, item: it}
 	}
-	writes := inWrites(items)
-	errs := make([]error, len(writes))
-	for i := range errs {
-		errs[i] = errNotAttempted
+	del := func(mc *memcache.Client, it *memcache.Item) error { return mc.Delete(it.Key) }
+	deletePipelined := func(s *server, ctx context.Context, items []*memcache.Item) []error {
+		return repeated(s.deletePipelined(ctx, items), len(items))
 	}
-	_ = fanout.Each(ctx, len(writes), func(ctx context.Context, i int) error {
-		errs[i] = srv.deletePipelined(ctx, writes[i])
-		return nil
-	})
-	failed, first := 0, error(nil)
-	for i, err := range errs {
-		if err != nil {
-			failed += len(writes[i])
-			if first == nil {
-				first = fmt.Errorf("%d keys on %s: %w", len(writes[i]), srv.addr, err)
-			}
-		}
-	}
-	return failed, first
+	return failures(calls, c.writeEach(ctx, calls, del, deletePipelined))
 }
 
 func minTime(a, b time.Time) time.Time {
