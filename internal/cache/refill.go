@@ -32,9 +32,16 @@ import (
 // from the gomemcache client's (refillConnsFor), each used by one refill
 // at a time under its own semaphore and kept idle afterwards: the
 // server's connections, in use plus idle, stay under MaxConnsPerServer.
+//
+// Refills (adds) are best effort, tombstones and a replay's deletes are
+// what keeps the cache from answering old records; so adds may hold all
+// but one of the connections (adds, taken before sem), and a storm of
+// cold reads can never make an invalidation wait behind more than the
+// exchanges already on the wire.
 type refills struct {
 	sem     *semaphore.Weighted
 	size    int64
+	adds    *semaphore.Weighted // addShare(size) slots: what adds may hold of sem
 	timeout time.Duration
 	dial    func(ctx context.Context, network, addr string) (net.Conn, error)
 	addr    string
@@ -63,8 +70,17 @@ const refillItemsPerWrite = 500
 const refillWriteBuffer = 64 << 10
 
 func newRefills(addr string, conns int, timeout time.Duration, dial func(context.Context, string, string) (net.Conn, error)) *refills {
-	return &refills{sem: semaphore.NewWeighted(int64(conns)), size: int64(conns), timeout: timeout, dial: dial, addr: addr}
+	return &refills{
+		sem: semaphore.NewWeighted(int64(conns)), size: int64(conns),
+		adds:    semaphore.NewWeighted(addShare(int64(conns))),
+		timeout: timeout, dial: dial, addr: addr,
+	}
 }
+
+// addShare is how many of conns refill connections adds may hold at
+// once: all but one, which is kept for tombstones and deletes (all of
+// them when there is only one).
+func addShare(conns int64) int64 { return max(conns-1, 1) }
 
 // errRefillProtocol marks an answer the pipeline could not read as a
 // storage command's: the connection is closed, not reused.

@@ -164,3 +164,103 @@ func TestSingleTombstoneAnsweredNotStoredIsOwed(t *testing.T) {
 		}
 	})
 }
+
+// withStalledAdds runs client against a memcached stand-in that serves up
+// to conns connections at once, answers every set STORED at once, and
+// never answers an add: refills that take a connection hold it until
+// their socket timeout ends, as on a server that stalls under them.
+func withStalledAdds(t *testing.T, conns int, client func(addr string)) {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = fanout.Each(testContext(t, conns+1), conns+1, func(_ context.Context, i int) error {
+		if i == conns {
+			defer l.Close()
+			client(l.Addr().String())
+			return nil
+		}
+		nc, err := l.Accept()
+		if err != nil {
+			return nil // the listener is closed: client is done
+		}
+		return serveStalledAdds(nc)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// serveStalledAdds reads commands from nc until the client closes it,
+// answering sets and leaving adds unanswered.
+func serveStalledAdds(nc net.Conn) error {
+	defer nc.Close()
+	if err := nc.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		return err
+	}
+	rw := bufio.NewReadWriter(bufio.NewReader(nc), bufio.NewWriter(nc))
+	for {
+		line, err := rw.ReadString('\n')
+		if err != nil {
+			return nil // the client closed the connection
+		}
+		verb, _, _ := strings.Cut(strings.TrimSpace(line), " ")
+		if verb == "set" || verb == "add" {
+			if _, err := rw.ReadString('\n'); err != nil {
+				return nil
+			}
+		}
+		if verb != "set" {
+			continue
+		}
+		if _, err := rw.WriteString("STORED\r\n"); err != nil {
+			return err
+		}
+		if rw.Reader.Buffered() == 0 {
+			if err := rw.Flush(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// Tests that refills, however many wait, never hold every refill
+// connection: a batch of tombstones written while as many refills as
+// there are refill connections stall on the server goes out on the
+// connection kept for it, well before the refills' socket timeout, instead
+// of waiting behind them until its caller gives up.
+func TestStalledRefillsLeaveAConnectionForTombstones(t *testing.T) {
+	const timeout = 2 * time.Second
+	withStalledAdds(t, 8, func(addr string) {
+		cfg := DefaultConfig()
+		cfg.Servers, cfg.Timeout = []string{addr}, timeout
+		c, err := New(cfg)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer c.Close()
+		conns := c.servers[0].refills.size
+		stalled := func() bool { return c.Stats()[0].RefillWrites >= addShare(conns) }
+		err = fanout.Each(testContext(t, int(conns)+1), int(conns)+1, func(ctx context.Context, i int) error {
+			if i < int(conns) { // one stalled refill per refill connection
+				c.Fill(ctx, selfValued(uniqueURIs(t, 2)))
+				return nil
+			}
+			for !stalled() {
+				time.Sleep(time.Millisecond)
+			}
+			time.Sleep(50 * time.Millisecond) // room for one more refill to take a connection
+			ctx, cancel := context.WithTimeout(ctx, timeout/4)
+			defer cancel()
+			if err := c.Invalidate(ctx, uniqueURIs(t, 5)); err != nil {
+				t.Errorf("Invalidate behind %d stalled refills on %d refill connections: %v; want the tombstones written on the connection kept for them", conns, conns, err)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Error(err)
+		}
+	})
+}

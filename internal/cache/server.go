@@ -119,14 +119,28 @@ func (s *server) do(ctx context.Context, op func(*memcache.Client) error) error 
 // server's refill connections, under the breaker and the refill
 // semaphore, as do runs a client call. s.refills must not be nil.
 func (s *server) addPipelined(ctx context.Context, items []*memcache.Item) error {
-	err := s.guarded(ctx, s.refills.sem, func() error {
-		s.refillWrites.Add(1)
-		return s.refills.add(ctx, items)
+	err := s.withAddShare(ctx, func() error {
+		return s.guarded(ctx, s.refills.sem, func() error {
+			s.refillWrites.Add(1)
+			return s.refills.add(ctx, items)
+		})
 	})
 	for _, it := range items {
 		s.refilled(it.Key, err)
 	}
 	return err
+}
+
+// withAddShare runs op, an add on the refill connections, holding one
+// slot of the adds' share of them (refills.adds), waiting no longer than
+// ctx allows: adds never hold the connection kept for tombstones and
+// deletes.
+func (s *server) withAddShare(ctx context.Context, op func() error) error {
+	if err := s.take(ctx, s.refills.adds); err != nil {
+		return s.count(err)
+	}
+	defer s.refills.adds.Release(1)
+	return op()
 }
 
 // setPipelined sets items (tombstones) in one pipelined exchange on one
@@ -217,6 +231,16 @@ func (s *server) count(err error) error {
 // acquire takes one connection slot of sem, waiting no longer than ctx
 // allows.
 func (s *server) acquire(ctx context.Context, sem *semaphore.Weighted) error {
+	if err := s.take(ctx, sem); err != nil {
+		return err
+	}
+	s.inUse.Add(1)
+	return nil
+}
+
+// take takes one slot of sem, waiting no longer than ctx allows, and
+// counts a wait.
+func (s *server) take(ctx context.Context, sem *semaphore.Weighted) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%w: %w", errCallerGone, err)
 	}
@@ -226,7 +250,6 @@ func (s *server) acquire(ctx context.Context, sem *semaphore.Weighted) error {
 			return fmt.Errorf("%w: %w", errCallerGone, err)
 		}
 	}
-	s.inUse.Add(1)
 	return nil
 }
 
