@@ -320,21 +320,24 @@ part_tombstones() {
   alternate_bench $p internal/cache BenchmarkInvalidate pipelined one-by-one tombstones/s "$rounds" 200
   tombstones=$(ratio_table "pipelined, tombstones/s" "one per call, tombstones/s"; echo; echo "Median ratio: **$MEDIAN×** the tombstones/s of one set per call.")
   alternate_bench $p internal/cache BenchmarkDropOn pipelined one-by-one deletes/s "$rounds" 200
-  deletes=$(ratio_table "pipelined, deletes/s" "one per call, deletes/s"; echo; echo "Median ratio: **$MEDIAN×** the deletes/s of one delete per call.")
+  deletes=$(ratio_table "pipelined, keys/s" "one key per call, keys/s"; echo; echo "Median ratio: **$MEDIAN×** the keys/s of one key per call.")
   {
     echo "## Tombstones and replays of many keys"
     echo
     echo "One memcached, 1,000 keys per call: in pipelined writes of up to 500 commands on the refill"
-    echo "connections, against one command per call on the pool's other connections, alternating, 200"
+    echo "connections, against one key per call on the pool's other connections, alternating, 200"
     echo "calls per measure. \`Invalidate\` sets the tombstones of a 1,000-record \`PutPostRecords\` or"
     echo "\`DeletePostRecords\`, at the default batch fan-out of 50 (\`BenchmarkInvalidate\`):"
     echo
     echo "$tombstones"
     echo
     echo "\`DropOn\` deletes, in a journal replay onto a server that failed or at start-up, every"
-    echo "URI changed since, at the journal follower's parallelism of 16 (\`BenchmarkDropOn\`, each key"
-    echo "stored again, untimed, before each replay); until it ends the server's keys are read from the"
-    echo "store, and at start-up sluice does not serve:"
+    echo "URI changed since unless it holds a tombstone, at the journal follower's parallelism of 16"
+    echo "(\`BenchmarkDropOn\`, each key stored again, untimed, before each replay). Pipelined, each write"
+    echo "reads 500 keys' flags and CAS (\`mg\`) and then deletes those unchanged (\`md\`): two round trips;"
+    echo "one key per call is a \`get\` and then a \`delete\`, as on a server with too few connections for"
+    echo "the pipeline. Until the replay ends the server's keys are read from the store, and at start-up"
+    echo "sluice does not serve:"
     echo
     echo "$deletes"
   } >"$OUT/md/$p.md"

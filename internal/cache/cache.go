@@ -299,7 +299,7 @@ func (c *Cache) Invalidate(ctx context.Context, uris []string) error {
 // began.
 func (c *Cache) setTombstones(ctx context.Context, calls []call) []error {
 	start := time.Now()
-	errs := c.writeEach(ctx, calls, setTombstone, (*server).setPipelined)
+	errs := c.writeEach(ctx, calls, writeKind{single: setTombstone, pipelined: (*server).setPipelined, alone: true})
 	for i, err := range errs {
 		calls[i].srv.tombstoned(calls[i].item.Key, start, err)
 	}
@@ -317,20 +317,30 @@ func setTombstone(mc *memcache.Client, it *memcache.Item) error {
 	return err
 }
 
+// writeKind is how writeEach sends one kind of write: single is one
+// call of the gomemcache client, pipelined one pipelined write (an error
+// per item). With alone, a server given a single call takes it through
+// single even when it has a refill pipeline: the client has the most
+// connections.
+type writeKind struct {
+	single    func(*memcache.Client, *memcache.Item) error
+	pipelined func(*server, context.Context, []*memcache.Item) []error
+	alone     bool
+}
+
 // writeEach makes calls under the request's fan-out limit and returns
-// each one's error, nil for success. A server given more than one, when
-// it has a refill pipeline, takes them in pipelined writes of up to
-// refillItemsPerWrite (pipelined: one round trip each, an error per
-// item); a single call is one call of the gomemcache client (single),
-// which has the most connections.
-func (c *Cache) writeEach(ctx context.Context, calls []call, single func(*memcache.Client, *memcache.Item) error, pipelined func(*server, context.Context, []*memcache.Item) []error) []error {
+// each one's error, nil for success. A server with a refill pipeline
+// takes them in pipelined writes of up to refillItemsPerWrite (one round
+// trip each), but for a single call when kind.alone; a server without
+// one takes them one call each.
+func (c *Cache) writeEach(ctx context.Context, calls []call, kind writeKind) []error {
 	byServer := map[*server][]int{}
 	for i, cl := range calls {
 		byServer[cl.srv] = append(byServer[cl.srv], i)
 	}
 	var writes [][]int // indexes into calls, each a pipelined write or a single call
 	for srv, idx := range byServer {
-		if srv.refills == nil || len(idx) == 1 {
+		if srv.refills == nil || (len(idx) == 1 && kind.alone) {
 			for _, i := range idx {
 				writes = append(writes, []int{i})
 			}
@@ -345,16 +355,16 @@ func (c *Cache) writeEach(ctx context.Context, calls []call, single func(*memcac
 	_ = fanout.Each(ctx, len(writes), func(ctx context.Context, w int) error {
 		idx := writes[w]
 		srv := calls[idx[0]].srv
-		if len(idx) == 1 {
+		if srv.refills == nil || (len(idx) == 1 && kind.alone) {
 			it := calls[idx[0]].item
-			errs[idx[0]] = srv.do(ctx, func(mc *memcache.Client) error { return single(mc, it) })
+			errs[idx[0]] = srv.do(ctx, func(mc *memcache.Client) error { return kind.single(mc, it) })
 			return nil
 		}
 		items := make([]*memcache.Item, len(idx))
 		for k, i := range idx {
 			items[k] = calls[i].item
 		}
-		for k, err := range pipelined(srv, ctx, items) {
+		for k, err := range kind.pipelined(srv, ctx, items) {
 			errs[idx[k]] = err
 		}
 		return nil

@@ -20,9 +20,10 @@ func BenchmarkInvalidate(b *testing.B) {
 }
 
 // BenchmarkDropOn measures a journal replay of 1,000 URIs, each held,
-// onto one memcached (deletes) the same way, at the journal follower's
-// default parallelism (16); the keys are stored again, untimed, before
-// each replay.
+// onto one memcached the same way (pipelined: a meta get and a meta
+// delete per key, in writes of refillItemsPerWrite; one by one: a get and
+// a delete per key), at the journal follower's default parallelism (16);
+// the keys are stored again, untimed, before each replay.
 func BenchmarkDropOn(b *testing.B) {
 	refill := func(ctx context.Context, c *Cache, uris []string) { c.Fill(ctx, selfValued(uris)) }
 	benchmarkPerKey(b, "deletes/s", 16, refill, func(ctx context.Context, c *Cache, addr string, uris []string) error {

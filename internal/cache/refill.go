@@ -123,12 +123,13 @@ func (r *refills) set(ctx context.Context, items []*memcache.Item) (refusals, er
 	return r.send(ctx, "set", items)
 }
 
-// delete deletes the keys of items on one connection in one exchange; a
-// key not there is no failure. It returns an error for a failed exchange,
-// after which any of them may or may not be deleted, and for keys the
-// server answered with a refusal (a proxy's), which are not deleted.
-func (r *refills) delete(ctx context.Context, items []*memcache.Item) error {
-	refused, err := r.send(ctx, "delete", items)
+// drop drops the keys of items on one connection (dropExchange: each is
+// deleted unless it holds a tombstone); a key not there is no failure.
+// It returns an error for a failed exchange, after which any of them may
+// or may not be deleted, and for keys the server answered with a refusal
+// (a proxy's), which are not deleted.
+func (r *refills) drop(ctx context.Context, items []*memcache.Item) error {
+	refused, err := r.on(ctx, func(rw *bufio.ReadWriter) (refusals, error) { return dropExchange(rw, items) })
 	if err != nil {
 		return err
 	}
@@ -143,6 +144,12 @@ func (r *refills) delete(ctx context.Context, items []*memcache.Item) error {
 // connection is bounded by ctx, but an exchange cut short by a caller
 // about to leave would count against a healthy server's breaker.
 func (r *refills) send(ctx context.Context, verb string, items []*memcache.Item) (refusals, error) {
+	return r.on(ctx, func(rw *bufio.ReadWriter) (refusals, error) { return exchange(rw, verb, items) })
+}
+
+// on runs op, the exchanges of one pipelined write, on one connection,
+// as send describes.
+func (r *refills) on(ctx context.Context, op func(*bufio.ReadWriter) (refusals, error)) (refusals, error) {
 	cn, err := r.conn(ctx)
 	if err != nil {
 		return refusals{}, err
@@ -151,7 +158,7 @@ func (r *refills) send(ctx context.Context, verb string, items []*memcache.Item)
 		_ = cn.nc.Close()
 		return refusals{}, fmt.Errorf("%w: %w", errRefillNotSent, err)
 	}
-	refused, err := exchange(cn.rw, verb, items)
+	refused, err := op(cn.rw)
 	switch {
 	case errors.Is(err, errRefillFault): // every command answered: nothing more can land
 		_ = cn.nc.Close()

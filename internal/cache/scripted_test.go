@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -45,17 +47,22 @@ func withScriptedMemcached(t *testing.T, answer func(n int, verb string) string,
 	}
 }
 
-// cacheOn is a Cache with the defaults on the one server at addr, or nil
-// (the test failed) when New refuses. The caller closes it.
-func cacheOn(t *testing.T, addr string, opts ...Option) *Cache {
-	cfg := DefaultConfig()
-	cfg.Servers = []string{addr}
-	c, err := New(cfg, opts...)
-	if err != nil {
-		t.Error(err)
-		return nil
-	}
-	return c
+// withScriptedCache runs client with a Cache with the defaults and opts
+// on a memcached stand-in scripted by answer (withScriptedMemcached),
+// and closes the Cache after.
+func withScriptedCache(t *testing.T, answer func(n int, verb string) string, opts []Option, client func(c *Cache, addr string)) {
+	t.Helper()
+	withScriptedMemcached(t, answer, func(addr string) {
+		cfg := DefaultConfig()
+		cfg.Servers = []string{addr}
+		c, err := New(cfg, opts...)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer c.Close()
+		client(c, addr)
+	})
 }
 
 // serveScripted answers the commands read from nc, the first of them the
@@ -101,12 +108,7 @@ func TestRefusedTombstonesOfAPipelinedWriteAreOwedOneByOne(t *testing.T) {
 		}
 		return "STORED"
 	}
-	withScriptedMemcached(t, answer, func(addr string) {
-		c := cacheOn(t, addr, WithDistrust())
-		if c == nil {
-			return
-		}
-		defer c.Close()
+	withScriptedCache(t, answer, []Option{WithDistrust()}, func(c *Cache, addr string) {
 		uris := uniqueURIs(t, 5)
 		if err := c.Invalidate(testContext(t, 4), uris); !errors.Is(err, errItemRefused) {
 			t.Errorf("Invalidate: %v; want the two refusals reported", err)
@@ -126,18 +128,16 @@ func TestRefusedTombstonesOfAPipelinedWriteAreOwedOneByOne(t *testing.T) {
 // front of memcached may send) fails the replay, so the server is not
 // trusted with a key it may still hold.
 func TestRefusedDeleteFailsTheReplay(t *testing.T) {
-	answer := func(n int, _ string) string {
-		if n == 1 {
+	answer := func(n int, verb string) string {
+		switch {
+		case verb == "mg":
+			return "HD f0 c7" // every key holds a value
+		case n == 4: // the second of the three deletes
 			return "SERVER_ERROR out of memory storing object"
 		}
-		return "DELETED"
+		return "HD"
 	}
-	withScriptedMemcached(t, answer, func(addr string) {
-		c := cacheOn(t, addr)
-		if c == nil {
-			return
-		}
-		defer c.Close()
+	withScriptedCache(t, answer, nil, func(c *Cache, addr string) {
 		if err := c.DropOn(testContext(t, 4), addr, uniqueURIs(t, 3)); !errors.Is(err, errItemRefused) {
 			t.Errorf("DropOn with a refused delete: %v; want the refusal reported", err)
 		}
@@ -149,12 +149,7 @@ func TestRefusedDeleteFailsTheReplay(t *testing.T) {
 // on the pipeline: for an add that answer is normal, for a set it means
 // the tombstone is not there.
 func TestSingleTombstoneAnsweredNotStoredIsOwed(t *testing.T) {
-	withScriptedMemcached(t, func(int, string) string { return "NOT_STORED" }, func(addr string) {
-		c := cacheOn(t, addr, WithDistrust())
-		if c == nil {
-			return
-		}
-		defer c.Close()
+	withScriptedCache(t, func(int, string) string { return "NOT_STORED" }, []Option{WithDistrust()}, func(c *Cache, addr string) {
 		uri := uniqueURIs(t, 1)[0]
 		if err := c.Invalidate(testContext(t, 4), []string{uri}); !errors.Is(err, errItemRefused) {
 			t.Errorf("Invalidate answered NOT_STORED: %v; want the tombstone reported not written", err)
@@ -263,4 +258,55 @@ func TestStalledRefillsLeaveAConnectionForTombstones(t *testing.T) {
 			t.Error(err)
 		}
 	})
+}
+
+// Tests that a replay's drop reads a key again when it changed between
+// the read and the delete (the delete is answered EX, its CAS no longer
+// the key's), and decides again: the first read saw a value, the second
+// a tombstone, which the drop must spare, so no second delete is sent.
+func TestDropRereadsAKeyThatChangedUnderIt(t *testing.T) {
+	var verbs []string
+	answer := func(n int, verb string) string {
+		verbs = append(verbs, verb)
+		switch n {
+		case 0: // the first key's read: a value
+			return "HD f0 c1"
+		case 1: // the second's: nothing there
+			return "EN"
+		case 2: // the first's delete: the key changed meanwhile
+			return "EX"
+		case 3: // its second read: a tombstone set meanwhile
+			return fmt.Sprintf("HD f%d c2", flagTombstone)
+		}
+		return "SERVER_ERROR unexpected command"
+	}
+	withScriptedCache(t, answer, nil, func(c *Cache, addr string) {
+		if err := c.DropOn(testContext(t, 4), addr, uniqueURIs(t, 2)); err != nil {
+			t.Errorf("DropOn: %v", err)
+		}
+	})
+	if want := []string{"mg", "mg", "md", "mg"}; !slices.Equal(verbs, want) {
+		t.Errorf("commands sent %v; want %v (read, delete refused as changed, read again and spare the tombstone)", verbs, want)
+	}
+}
+
+// Tests that a server that does not know the meta commands (it answers
+// ERROR) is sent classic deletes instead, and the replay succeeds.
+func TestDropFallsBackToDeletesWithoutMetaCommands(t *testing.T) {
+	var verbs []string
+	answer := func(_ int, verb string) string {
+		verbs = append(verbs, verb)
+		if verb == "delete" {
+			return "DELETED"
+		}
+		return "ERROR"
+	}
+	withScriptedCache(t, answer, nil, func(c *Cache, addr string) {
+		if err := c.DropOn(testContext(t, 4), addr, uniqueURIs(t, 3)); err != nil {
+			t.Errorf("DropOn on a server without meta commands: %v; want classic deletes sent", err)
+		}
+	})
+	if want := []string{"mg", "mg", "mg", "delete", "delete", "delete"}; !slices.Equal(verbs, want) {
+		t.Errorf("commands sent %v; want %v", verbs, want)
+	}
 }

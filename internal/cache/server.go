@@ -169,11 +169,12 @@ func (s *server) setPipelined(ctx context.Context, items []*memcache.Item) []err
 	return errs
 }
 
-// deletePipelined deletes the keys of items in one pipelined exchange
-// on one of the server's refill connections, as addPipelined adds; a key
-// not there is no failure. s.refills must not be nil.
-func (s *server) deletePipelined(ctx context.Context, items []*memcache.Item) error {
-	return s.guarded(ctx, s.refills.sem, func() error { return s.refills.delete(ctx, items) })
+// dropPipelined drops the keys of items (each deleted unless it holds a
+// tombstone) in one pipelined write on one of the server's refill
+// connections, as addPipelined adds; a key not there is no failure.
+// s.refills must not be nil.
+func (s *server) dropPipelined(ctx context.Context, items []*memcache.Item) error {
+	return s.guarded(ctx, s.refills.sem, func() error { return s.refills.drop(ctx, items) })
 }
 
 // guarded runs op, a call holding one connection slot of sem, under the

@@ -380,12 +380,14 @@ func (c *Cache) RetryTombstones(ctx context.Context) (int, error) {
 // both). A replay
 // deletes rather than tombstones: the server is distrusted meanwhile, so
 // this process fills nothing on it, and a tombstone would block refills
-// of every replayed key for TombstoneTTL after the server is back. The
-// deletes go out as tombstones do (writeEach): pipelined, up to
-// refillItemsPerWrite a write, when the server has a refill pipeline, so
-// that the replay a starting process makes of the last entry lifetime's
-// changes ends soon, and with it the reads of every key from the store.
-// It returns an error saying how many deletes failed.
+// of every replayed key for TombstoneTTL after the server is back. But
+// it spares the tombstones it finds (drop.go): each stands between a
+// recent write and a read of the record from before it that has yet to
+// refill. The deletes go out as tombstones do (writeEach): pipelined, up
+// to refillItemsPerWrite a write, when the server has a refill pipeline,
+// so that the replay a starting process makes of the last entry
+// lifetime's changes ends soon, and with it the reads of every key from
+// the store. It returns an error saying how many deletes failed.
 func (c *Cache) DropOn(ctx context.Context, addr string, uris []string) error {
 	idx := slices.Index(c.cfg.Servers, addr)
 	if idx < 0 {
@@ -400,25 +402,25 @@ func (c *Cache) DropOn(ctx context.Context, addr string, uris []string) error {
 			items = append(items, &memcache.Item{Key: k})
 		}
 	}
-	if failed, first := c.deleteOn(ctx, srv, items); failed > 0 {
+	if failed, first := c.dropOn(ctx, srv, items); failed > 0 {
 		return fmt.Errorf("cache: drop on %s: %d of %d deletes failed: %w", addr, failed, len(items), first)
 	}
 	return nil
 }
 
-// deleteOn deletes the keys of items on srv as writeEach writes, and
-// reports how many deletes failed, with the first failure. A key not
+// dropOn drops the keys of items on srv (each deleted unless it holds a
+// tombstone) as writeEach writes, pipelined even when there is only one,
+// and reports how many drops failed, with the first failure. A key not
 // there is no failure.
-func (c *Cache) deleteOn(ctx context.Context, srv *server, items []*memcache.Item) (int, error) {
+func (c *Cache) dropOn(ctx context.Context, srv *server, items []*memcache.Item) (int, error) {
 	calls := make([]call, len(items))
 	for i, it := range items {
 		calls[i] = call{srv: srv, item: it}
 	}
-	del := func(mc *memcache.Client, it *memcache.Item) error { return mc.Delete(it.Key) }
-	deletePipelined := func(s *server, ctx context.Context, items []*memcache.Item) []error {
-		return repeated(s.deletePipelined(ctx, items), len(items))
+	dropPipelined := func(s *server, ctx context.Context, items []*memcache.Item) []error {
+		return repeated(s.dropPipelined(ctx, items), len(items))
 	}
-	return failures(calls, c.writeEach(ctx, calls, del, deletePipelined))
+	return failures(calls, c.writeEach(ctx, calls, writeKind{single: dropOne, pipelined: dropPipelined}))
 }
 
 func minTime(a, b time.Time) time.Time {

@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"testing"
@@ -221,6 +222,50 @@ func TestDropOnDeletesManyKeys(t *testing.T) {
 	}
 	if got := c.GetMulti(testContext(t, 8), held); len(got) != 0 {
 		t.Fatalf("after the replay, %d of the %d held keys are still there", len(got), len(held))
+	}
+}
+
+// Tests that a replay spares the tombstones it finds, pipelined (one key
+// or many) and through the gomemcache client (a server with too few
+// connections for a pipeline): each stands between a recent write and a
+// read from before it that has yet to refill, which a delete would let
+// store the old record. Every other key it drops.
+func TestDropOnSparesTombstones(t *testing.T) {
+	addr := testenv.SharedMemcached(t)
+	raw := memcache.New(addr)
+	for _, run := range []struct{ conns, n int }{{64, 1}, {64, 40}, {8, 3}} {
+		c := newCache(t, []string{addr}, func(cfg *Config) { cfg.MaxConnsPerServer = run.conns })
+		if pipelined := c.servers[0].refills != nil; pipelined != (run.conns >= 16) {
+			t.Fatalf("%d connections: pipelined %v", run.conns, pipelined)
+		}
+		n := run.n
+		uris := uniqueURIs(t, 2*n)
+		tombstoned, stale := uris[:n], uris[n:]
+		for _, u := range tombstoned {
+			if err := raw.Set(c.tombstone(Key(u))); err != nil {
+				t.Fatalf("set a tombstone: %v", err)
+			}
+		}
+		for _, u := range stale {
+			if err := raw.Set(&memcache.Item{Key: Key(u), Value: []byte("stale"), Flags: flagValue}); err != nil {
+				t.Fatalf("put a copy: %v", err)
+			}
+		}
+		if err := c.DropOn(testContext(t, 8), addr, uris); err != nil {
+			t.Fatalf("DropOn of %d URIs: %v", len(uris), err)
+		}
+		for _, u := range stale {
+			if _, err := raw.Get(Key(u)); !errors.Is(err, memcache.ErrCacheMiss) {
+				t.Errorf("%d connections, %d keys replayed: a stale copy after the replay: %v; want it deleted", run.conns, 2*n, err)
+			}
+		}
+		c.Fill(testContext(t, 8), selfValued(tombstoned))
+		for _, u := range tombstoned {
+			it, err := raw.Get(Key(u))
+			if err != nil || it.Flags != flagTombstone {
+				t.Errorf("%d connections, %d keys replayed: a tombstone after the replay and a refill: %v, %+v; want it still there, blocking the refill", run.conns, 2*n, err, it)
+			}
+		}
 	}
 }
 
