@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/bradfitz/gomemcache/memcache"
 )
@@ -21,46 +22,65 @@ import (
 // have not changed since (meta delete, `md KEY C<cas>`), on the same
 // connection; a key that changed in between is read again, up to
 // dropRounds times. A single key is dropped so too. A server that does
-// not know the meta commands (memcached before 1.6, some proxies) is
-// sent classic deletes instead.
+// not understand the meta get (memcached before 1.6.10, whose meta
+// commands answered OK, or a proxy without them) is sent classic deletes
+// instead.
 
 // dropRounds is how many times a pipelined drop reads and deletes the
 // keys that changed between its read and its delete before it gives up.
 const dropRounds = 3
 
-// errMetaUnsupported marks a server that answered the meta get with
-// ERROR: it does not know the command.
-var errMetaUnsupported = errors.New("cache: the server does not know the meta commands")
+// errMetaUnsupported marks a meta get the server did not understand.
+var errMetaUnsupported = errors.New("cache: the server does not understand the meta get")
 
-// dropExchange drops the keys of items (see above) on one connection,
-// and returns the items the server refused to delete (a proxy's refusal).
+// dropExchange drops the keys of items (see above) on one connection. It
+// returns the items not dropped although the server answered: deletes it
+// refused, and keys still changing after dropRounds reads; their indexes
+// are into items.
 func dropExchange(rw *bufio.ReadWriter, items []*memcache.Item) (refusals, error) {
-	keys := items
+	keys, at := items, make([]int, len(items)) // keys[k] is items[at[k]]
+	for i := range at {
+		at[i] = i
+	}
 	for range dropRounds {
 		held, err := metaGet(rw, keys)
 		if errors.Is(err, errMetaUnsupported) {
-			return exchange(rw, "delete", keys)
+			refused, err := exchange(rw, "delete", keys)
+			return refusals{at: elementsAt(at, refused.at), of: len(items), first: refused.first}, err
 		}
 		if err != nil {
 			return refusals{}, err
 		}
 		var doomed []*memcache.Item
+		var doomedAt []int
 		var cas []uint64
-		for i, h := range held {
+		for k, h := range held {
 			if h.present && h.flags != flagTombstone {
-				doomed, cas = append(doomed, keys[i]), append(cas, h.cas)
+				doomed, doomedAt, cas = append(doomed, keys[k]), append(doomedAt, at[k]), append(cas, h.cas)
 			}
 		}
 		changed, refused, err := metaDelete(rw, doomed, cas)
-		if err != nil || len(refused.at) > 0 {
-			refused.of = len(items)
-			return refused, err
+		if err != nil {
+			return refusals{}, err
 		}
-		if keys = changed; len(keys) == 0 {
+		if len(refused.at) > 0 {
+			return refusals{at: elementsAt(doomedAt, refused.at), of: len(items), first: refused.first}, nil
+		}
+		if len(changed) == 0 {
 			return refusals{of: len(items)}, nil
 		}
+		keys, at = elementsAt(doomed, changed), elementsAt(doomedAt, changed)
 	}
-	return refusals{}, fmt.Errorf("%w: %d of %d keys changed between their read and their delete %d times in a row", errRefillFault, len(keys), len(items), dropRounds)
+	return refusals{at: at, of: len(items), first: fmt.Sprintf("changed between its read and its delete %d times in a row", dropRounds)}, nil
+}
+
+// elementsAt returns from[i] for each i of which, in order.
+func elementsAt[T any](from []T, which []int) []T {
+	out := make([]T, len(which))
+	for k, i := range which {
+		out[k] = from[i]
+	}
+	return out
 }
 
 // heldKey is what a meta get found under a key.
@@ -71,8 +91,9 @@ type heldKey struct {
 }
 
 // metaGet reads the flags and CAS of every key of items, in one write.
-// It returns errMetaUnsupported, with every answer read, when the server
-// answered ERROR to each.
+// It reads every answer, and returns errMetaUnsupported when any was
+// neither a hit (HD) nor a miss (EN) nor a server error, and an error
+// naming the first server error when there was one.
 func metaGet(rw *bufio.ReadWriter, items []*memcache.Item) ([]heldKey, error) {
 	for _, it := range items {
 		if _, err := fmt.Fprintf(rw, "mg %s f c\r\n", it.Key); err != nil {
@@ -83,7 +104,7 @@ func metaGet(rw *bufio.ReadWriter, items []*memcache.Item) ([]heldKey, error) {
 		return nil, err
 	}
 	held := make([]heldKey, len(items))
-	unknown := 0
+	var unknown, failed string
 	for i := range items {
 		line, err := rw.ReadSlice('\n')
 		if err != nil {
@@ -91,23 +112,23 @@ func metaGet(rw *bufio.ReadWriter, items []*memcache.Item) ([]heldKey, error) {
 		}
 		switch {
 		case bytes.Equal(line, []byte("EN\r\n")):
-		case bytes.Equal(line, []byte("ERROR\r\n")):
-			unknown++
 		case bytes.HasPrefix(line, []byte("HD")):
 			if held[i], err = parseHeld(line); err != nil {
 				return nil, err
 			}
-		default:
-			return nil, fmt.Errorf("%w: %q to a meta get", errRefillProtocol, bytes.TrimSpace(line))
+		case bytes.HasPrefix(line, []byte("SERVER_ERROR")):
+			failed = cmp.Or(failed, string(bytes.TrimSpace(line)))
+		default: // ERROR, CLIENT_ERROR, an older server's OK
+			unknown = cmp.Or(unknown, string(bytes.TrimSpace(line)))
 		}
 	}
-	switch unknown {
-	case 0:
-		return held, nil
-	case len(items):
-		return nil, errMetaUnsupported
+	switch {
+	case failed != "":
+		return nil, fmt.Errorf("%w: a meta get was answered %q", errRefillFault, failed)
+	case unknown != "":
+		return nil, fmt.Errorf("%w: a meta get was answered %q", errMetaUnsupported, unknown)
 	}
-	return nil, fmt.Errorf("%w: ERROR to %d of %d meta gets", errRefillProtocol, unknown, len(items))
+	return held, nil
 }
 
 // parseHeld reads a meta get's hit, `HD f<flags> c<cas>`, the two in
@@ -138,10 +159,12 @@ func parseHeld(line []byte) (heldKey, error) {
 }
 
 // metaDelete deletes the key of each of items if its CAS is still the
-// one given, in one write. changed are the items whose key changed since
-// (EX): they must be read again. refused are the deletes answered with a
-// refusal; a server error of another kind fails the exchange.
-func metaDelete(rw *bufio.ReadWriter, items []*memcache.Item, cas []uint64) (changed []*memcache.Item, refused refusals, err error) {
+// one given, in one write. changed are the indexes (into items) of the
+// keys that changed since (EX): they must be read again. refused are the
+// deletes answered with a refusal (as readAnswers tells them); any other
+// server error fails the exchange (errRefillFault), once every answer is
+// read.
+func metaDelete(rw *bufio.ReadWriter, items []*memcache.Item, cas []uint64) (changed []int, refused refusals, err error) {
 	if len(items) == 0 {
 		return nil, refusals{}, nil
 	}
@@ -153,21 +176,28 @@ func metaDelete(rw *bufio.ReadWriter, items []*memcache.Item, cas []uint64) (cha
 	if err := rw.Flush(); err != nil {
 		return nil, refusals{}, err
 	}
-	for i, it := range items {
+	refused.of = len(items)
+	var fault string
+	for i := range items {
 		line, err := rw.ReadSlice('\n')
 		if err != nil {
 			return nil, refusals{}, err
 		}
-		switch {
-		case bytes.Equal(line, []byte("HD\r\n")), bytes.Equal(line, []byte("NF\r\n")):
-		case bytes.Equal(line, []byte("EX\r\n")):
-			changed = append(changed, it)
-		case bytes.HasPrefix(line, []byte("SERVER_ERROR ")):
+		switch text := string(bytes.TrimSpace(line)); {
+		case text == "HD", text == "NF":
+		case text == "EX":
+			changed = append(changed, i)
+		case refusal(text):
 			refused.at = append(refused.at, i)
-			refused.first = cmp.Or(refused.first, string(bytes.TrimSpace(line)))
+			refused.first = cmp.Or(refused.first, text)
+		case strings.HasPrefix(text, "SERVER_ERROR"):
+			fault = cmp.Or(fault, text)
 		default:
-			return nil, refusals{}, fmt.Errorf("%w: %q to a meta delete", errRefillProtocol, bytes.TrimSpace(line))
+			return nil, refusals{}, fmt.Errorf("%w: %q to a meta delete", errRefillProtocol, text)
 		}
+	}
+	if fault != "" {
+		return nil, refusals{}, fmt.Errorf("%w: a meta delete was answered %q", errRefillFault, fault)
 	}
 	return changed, refused, nil
 }

@@ -126,22 +126,33 @@ func TestRefusedTombstonesOfAPipelinedWriteAreOwedOneByOne(t *testing.T) {
 
 // Tests that a replay's delete answered with a refusal (which a proxy in
 // front of memcached may send) fails the replay, so the server is not
-// trusted with a key it may still hold.
+// trusted with a key it may still hold; and that a delete answered with
+// another server error (a proxy whose memcached is down) fails it as a
+// fault of the server, not as a refusal of one key.
 func TestRefusedDeleteFailsTheReplay(t *testing.T) {
-	answer := func(n int, verb string) string {
-		switch {
-		case verb == "mg":
-			return "HD f0 c7" // every key holds a value
-		case n == 4: // the second of the three deletes
-			return "SERVER_ERROR out of memory storing object"
+	for _, tc := range []struct {
+		answer string
+		want   error
+	}{
+		{"SERVER_ERROR out of memory storing object", errItemRefused},
+		{"SERVER_ERROR backend unavailable", errRefillFault},
+	} {
+		answer := func(n int, verb string) string {
+			switch {
+			case verb == "mg":
+				return "HD f0 c7" // every key holds a value
+			case n == 4: // the second of the three deletes
+				return tc.answer
+			}
+			return "HD"
 		}
-		return "HD"
+		withScriptedCache(t, answer, nil, func(c *Cache, addr string) {
+			err := c.DropOn(testContext(t, 4), addr, uniqueURIs(t, 3))
+			if !errors.Is(err, tc.want) || (tc.want == errRefillFault && errors.Is(err, errItemRefused)) {
+				t.Errorf("DropOn with a delete answered %q: %v; want %v", tc.answer, err, tc.want)
+			}
+		})
 	}
-	withScriptedCache(t, answer, nil, func(c *Cache, addr string) {
-		if err := c.DropOn(testContext(t, 4), addr, uniqueURIs(t, 3)); !errors.Is(err, errItemRefused) {
-			t.Errorf("DropOn with a refused delete: %v; want the refusal reported", err)
-		}
-	})
 }
 
 // Tests that a single tombstone, set with the gomemcache client, that is
@@ -290,23 +301,56 @@ func TestDropRereadsAKeyThatChangedUnderIt(t *testing.T) {
 	}
 }
 
-// Tests that a server that does not know the meta commands (it answers
-// ERROR) is sent classic deletes instead, and the replay succeeds.
+// Tests that a server that does not understand the meta get — it
+// answers ERROR (no meta commands), CLIENT_ERROR (a proxy), or OK (the
+// meta protocol of memcached before 1.6.10) — is sent classic deletes
+// instead, and the replay succeeds.
 func TestDropFallsBackToDeletesWithoutMetaCommands(t *testing.T) {
+	for _, unknown := range []string{"ERROR", "CLIENT_ERROR bad command line format", "OK f0 c1"} {
+		var verbs []string
+		answer := func(n int, verb string) string {
+			verbs = append(verbs, verb)
+			switch {
+			case verb == "delete":
+				return "DELETED"
+			case n == 1:
+				return unknown
+			}
+			return "EN"
+		}
+		withScriptedCache(t, answer, nil, func(c *Cache, addr string) {
+			if err := c.DropOn(testContext(t, 4), addr, uniqueURIs(t, 3)); err != nil {
+				t.Errorf("DropOn on a server answering a meta get %q: %v; want classic deletes sent", unknown, err)
+			}
+		})
+		if want := []string{"mg", "mg", "mg", "delete", "delete", "delete"}; !slices.Equal(verbs, want) {
+			t.Errorf("a meta get answered %q: commands sent %v; want %v", unknown, verbs, want)
+		}
+	}
+}
+
+// Tests that a key still changing after every read and delete a drop
+// makes fails the replay as a key not deleted, not as a fault of the
+// server: the connection is kept.
+func TestDropOfAKeyThatKeepsChangingFailsTheReplay(t *testing.T) {
 	var verbs []string
 	answer := func(_ int, verb string) string {
 		verbs = append(verbs, verb)
-		if verb == "delete" {
-			return "DELETED"
+		if verb == "mg" {
+			return "HD f0 c1"
 		}
-		return "ERROR"
+		return "EX"
 	}
 	withScriptedCache(t, answer, nil, func(c *Cache, addr string) {
-		if err := c.DropOn(testContext(t, 4), addr, uniqueURIs(t, 3)); err != nil {
-			t.Errorf("DropOn on a server without meta commands: %v; want classic deletes sent", err)
+		err := c.DropOn(testContext(t, 4), addr, uniqueURIs(t, 2))
+		if !errors.Is(err, errItemRefused) || !strings.Contains(err.Error(), "2 of 2") {
+			t.Errorf("DropOn of 2 keys that change after every read: %v; want both reported not deleted", err)
+		}
+		if n := c.Stats()[0].OpenConns; n != 1 {
+			t.Errorf("%d connections open after the replay; want its one kept", n)
 		}
 	})
-	if want := []string{"mg", "mg", "mg", "delete", "delete", "delete"}; !slices.Equal(verbs, want) {
-		t.Errorf("commands sent %v; want %v", verbs, want)
+	if len(verbs) != 4*dropRounds {
+		t.Errorf("%d commands sent; want a read and a delete of each key in each of %d rounds", len(verbs), dropRounds)
 	}
 }

@@ -134,10 +134,11 @@ func (s *server) addPipelined(ctx context.Context, items []*memcache.Item) error
 // withAddShare runs op, an add on the refill connections, holding one
 // slot of the adds' share of them (refills.adds), waiting no longer than
 // ctx allows: adds never hold the connection kept for tombstones and
-// deletes.
+// deletes. Only the wait for a connection itself counts in Waits (a
+// server short of connections), not this one.
 func (s *server) withAddShare(ctx context.Context, op func() error) error {
-	if err := s.take(ctx, s.refills.adds); err != nil {
-		return s.count(err)
+	if err := s.refills.adds.Acquire(ctx, 1); err != nil {
+		return s.count(fmt.Errorf("%w: %w", errCallerGone, err))
 	}
 	defer s.refills.adds.Release(1)
 	return op()
@@ -232,16 +233,6 @@ func (s *server) count(err error) error {
 // acquire takes one connection slot of sem, waiting no longer than ctx
 // allows.
 func (s *server) acquire(ctx context.Context, sem *semaphore.Weighted) error {
-	if err := s.take(ctx, sem); err != nil {
-		return err
-	}
-	s.inUse.Add(1)
-	return nil
-}
-
-// take takes one slot of sem, waiting no longer than ctx allows, and
-// counts a wait.
-func (s *server) take(ctx context.Context, sem *semaphore.Weighted) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%w: %w", errCallerGone, err)
 	}
@@ -251,6 +242,7 @@ func (s *server) take(ctx context.Context, sem *semaphore.Weighted) error {
 			return fmt.Errorf("%w: %w", errCallerGone, err)
 		}
 	}
+	s.inUse.Add(1)
 	return nil
 }
 
