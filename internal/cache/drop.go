@@ -36,15 +36,25 @@ var errMetaUnsupported = errors.New("cache: the server does not understand the m
 // dropExchange drops the keys of items (see above) on one connection. It
 // returns the items not dropped although the server answered: deletes it
 // refused, and keys still changing after dropRounds reads; their indexes
-// are into items.
-func dropExchange(rw *bufio.ReadWriter, items []*memcache.Item) (refusals, error) {
+// are into items. renew gives the connection a whole socket timeout
+// again: each exchange after the first gets its own, as every pipelined
+// write's exchange does.
+func dropExchange(rw *bufio.ReadWriter, items []*memcache.Item, renew func() error) (refusals, error) {
 	keys, at := items, make([]int, len(items)) // keys[k] is items[at[k]]
 	for i := range at {
 		at[i] = i
 	}
-	for range dropRounds {
+	for round := range dropRounds {
+		if round > 0 {
+			if err := renew(); err != nil {
+				return refusals{}, err
+			}
+		}
 		held, err := metaGet(rw, keys)
 		if errors.Is(err, errMetaUnsupported) {
+			if err := renew(); err != nil {
+				return refusals{}, err
+			}
 			refused, err := exchange(rw, "delete", keys)
 			return refusals{at: elementsAt(at, refused.at), of: len(items), first: refused.first}, err
 		}
@@ -57,6 +67,11 @@ func dropExchange(rw *bufio.ReadWriter, items []*memcache.Item) (refusals, error
 		for k, h := range held {
 			if h.present && h.flags != flagTombstone {
 				doomed, doomedAt, cas = append(doomed, keys[k]), append(doomedAt, at[k]), append(cas, h.cas)
+			}
+		}
+		if len(doomed) > 0 {
+			if err := renew(); err != nil {
+				return refusals{}, err
 			}
 		}
 		changed, refused, err := metaDelete(rw, doomed, cas)

@@ -129,7 +129,9 @@ func (r *refills) set(ctx context.Context, items []*memcache.Item) (refusals, er
 // or may not be deleted, and for keys the server answered with a refusal
 // (a proxy's), which are not deleted.
 func (r *refills) drop(ctx context.Context, items []*memcache.Item) error {
-	refused, err := r.on(ctx, func(rw *bufio.ReadWriter) (refusals, error) { return dropExchange(rw, items) })
+	refused, err := r.on(ctx, func(cn *refillConn) (refusals, error) {
+		return dropExchange(cn.rw, items, func() error { return cn.nc.SetDeadline(time.Now().Add(r.timeout)) })
+	})
 	if err != nil {
 		return err
 	}
@@ -144,12 +146,12 @@ func (r *refills) drop(ctx context.Context, items []*memcache.Item) error {
 // connection is bounded by ctx, but an exchange cut short by a caller
 // about to leave would count against a healthy server's breaker.
 func (r *refills) send(ctx context.Context, verb string, items []*memcache.Item) (refusals, error) {
-	return r.on(ctx, func(rw *bufio.ReadWriter) (refusals, error) { return exchange(rw, verb, items) })
+	return r.on(ctx, func(cn *refillConn) (refusals, error) { return exchange(cn.rw, verb, items) })
 }
 
 // on runs op, the exchanges of one pipelined write, on one connection,
 // as send describes.
-func (r *refills) on(ctx context.Context, op func(*bufio.ReadWriter) (refusals, error)) (refusals, error) {
+func (r *refills) on(ctx context.Context, op func(*refillConn) (refusals, error)) (refusals, error) {
 	cn, err := r.conn(ctx)
 	if err != nil {
 		return refusals{}, err
@@ -158,7 +160,7 @@ func (r *refills) on(ctx context.Context, op func(*bufio.ReadWriter) (refusals, 
 		_ = cn.nc.Close()
 		return refusals{}, fmt.Errorf("%w: %w", errRefillNotSent, err)
 	}
-	refused, err := op(cn.rw)
+	refused, err := op(cn)
 	switch {
 	case errors.Is(err, errRefillFault): // every command answered: nothing more can land
 		_ = cn.nc.Close()

@@ -354,3 +354,25 @@ func TestDropOfAKeyThatKeepsChangingFailsTheReplay(t *testing.T) {
 		t.Errorf("%d commands sent; want a read and a delete of each key in each of %d rounds", len(verbs), dropRounds)
 	}
 }
+
+// Tests that each exchange of a replay's drop gets a whole socket
+// timeout: a read of the keys and their deletes, each answered in a
+// little more than half the timeout, succeed together although they take
+// longer than one.
+func TestEachExchangeOfADropGetsTheSocketTimeout(t *testing.T) {
+	half := DefaultConfig().Timeout * 3 / 5
+	answer := func(n int, verb string) string {
+		if n%2 == 1 { // the last answer of each exchange comes late
+			time.Sleep(half)
+		}
+		if verb == "mg" {
+			return fmt.Sprintf("HD f0 c%d", n+1)
+		}
+		return "HD"
+	}
+	withScriptedCache(t, answer, nil, func(c *Cache, addr string) {
+		if err := c.DropOn(testContext(t, 4), addr, uniqueURIs(t, 2)); err != nil {
+			t.Errorf("DropOn whose two exchanges each took %v of a %v timeout: %v", half, DefaultConfig().Timeout, err)
+		}
+	})
+}
