@@ -27,7 +27,7 @@ func (t *Telemetry) ObserveJournal(stats func() journal.Stats, size func() (int6
 		return err
 	}
 	applied, err := m.Int64ObservableCounter("sluice.journal.tombstones",
-		metric.WithDescription("Tombstones written by the journal follower, by source: follow (other writers' changes), retry (tombstones a memcached failure made this process miss) or replay (onto a memcached server distrusted as a whole)."))
+		metric.WithDescription("Keys the journal follower invalidated, by source: follow (tombstones for other writers' changes), retry (tombstones a memcached failure made this process miss, written again) or replay (keys changed since a memcached server was distrusted as a whole, dropped there: deleted unless they hold a tombstone)."))
 	if err != nil {
 		return err
 	}
