@@ -328,6 +328,11 @@ type writeKind struct {
 	alone     bool
 }
 
+// oneByOne reports whether n calls to srv go one gomemcache call each.
+func (k writeKind) oneByOne(srv *server, n int) bool {
+	return srv.refills == nil || (n == 1 && k.alone)
+}
+
 // writeEach makes calls under the request's fan-out limit and returns
 // each one's error, nil for success. A server with a refill pipeline
 // takes them in pipelined writes of up to refillItemsPerWrite (one round
@@ -340,7 +345,7 @@ func (c *Cache) writeEach(ctx context.Context, calls []call, kind writeKind) []e
 	}
 	var writes [][]int // indexes into calls, each a pipelined write or a single call
 	for srv, idx := range byServer {
-		if srv.refills == nil || (len(idx) == 1 && kind.alone) {
+		if kind.oneByOne(srv, len(idx)) {
 			for _, i := range idx {
 				writes = append(writes, []int{i})
 			}
@@ -355,7 +360,7 @@ func (c *Cache) writeEach(ctx context.Context, calls []call, kind writeKind) []e
 	_ = fanout.Each(ctx, len(writes), func(ctx context.Context, w int) error {
 		idx := writes[w]
 		srv := calls[idx[0]].srv
-		if srv.refills == nil || (len(idx) == 1 && kind.alone) {
+		if kind.oneByOne(srv, len(idx)) {
 			it := calls[idx[0]].item
 			errs[idx[0]] = srv.do(ctx, func(mc *memcache.Client) error { return kind.single(mc, it) })
 			return nil
