@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bradfitz/gomemcache/memcache"
+
 	"github.com/sluice-dev/sluice/internal/guard/fanout"
 )
 
@@ -53,16 +55,27 @@ func withScriptedMemcached(t *testing.T, answer func(n int, verb string) string,
 func withScriptedCache(t *testing.T, answer func(n int, verb string) string, opts []Option, client func(c *Cache, addr string)) {
 	t.Helper()
 	withScriptedMemcached(t, answer, func(addr string) {
-		cfg := DefaultConfig()
-		cfg.Servers = []string{addr}
-		c, err := New(cfg, opts...)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer c.Close()
-		client(c, addr)
+		onStandIn(t, addr, nil, func(c *Cache) { client(c, addr) }, opts...)
 	})
+}
+
+// onStandIn runs client with a Cache over the memcached stand-in at addr,
+// its default config adjusted by change (if not nil), and closes the
+// Cache when client returns, as the stand-ins require.
+func onStandIn(t *testing.T, addr string, change func(*Config), client func(c *Cache), opts ...Option) {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Servers = []string{addr}
+	if change != nil {
+		change(&cfg)
+	}
+	c, err := New(cfg, opts...)
+	if err != nil {
+		t.Error(err)
+		return
+	}
+	defer c.Close()
+	client(c)
 }
 
 // serveScripted answers the commands read from nc, the first of them the
@@ -199,7 +212,8 @@ func withStalledAdds(t *testing.T, conns int, client func(addr string)) {
 }
 
 // serveStalledAdds reads commands from nc until the client closes it,
-// answering sets and leaving adds unanswered.
+// answering sets, failing gets (SERVER_ERROR) and leaving adds
+// unanswered.
 func serveStalledAdds(nc net.Conn) error {
 	defer nc.Close()
 	if err := nc.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
@@ -217,10 +231,11 @@ func serveStalledAdds(nc net.Conn) error {
 				return nil
 			}
 		}
-		if verb != "set" {
+		answer, ok := stalledAddsAnswers[verb]
+		if !ok {
 			continue
 		}
-		if _, err := rw.WriteString("STORED\r\n"); err != nil {
+		if _, err := rw.WriteString(answer + "\r\n"); err != nil {
 			return err
 		}
 		if rw.Reader.Buffered() == 0 {
@@ -231,6 +246,10 @@ func serveStalledAdds(nc net.Conn) error {
 	}
 }
 
+// stalledAddsAnswers is what serveStalledAdds answers each verb it
+// answers at all.
+var stalledAddsAnswers = map[string]string{"set": "STORED", "get": "SERVER_ERROR busy", "gets": "SERVER_ERROR busy"}
+
 // Tests that refills, however many wait, never hold every refill
 // connection: a batch of tombstones written while as many refills as
 // there are refill connections stall on the server goes out on the
@@ -239,36 +258,40 @@ func serveStalledAdds(nc net.Conn) error {
 func TestStalledRefillsLeaveAConnectionForTombstones(t *testing.T) {
 	const timeout = 2 * time.Second
 	withStalledAdds(t, 8, func(addr string) {
-		cfg := DefaultConfig()
-		cfg.Servers, cfg.Timeout = []string{addr}, timeout
-		c, err := New(cfg)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer c.Close()
-		conns := c.servers[0].refills.size
-		stalled := func() bool { return c.Stats()[0].RefillWrites >= addShare(conns) }
-		err = fanout.Each(testContext(t, int(conns)+1), int(conns)+1, func(ctx context.Context, i int) error {
-			if i < int(conns) { // one stalled refill per refill connection
-				c.Fill(ctx, selfValued(uniqueURIs(t, 2)))
-				return nil
-			}
-			for !stalled() {
-				time.Sleep(time.Millisecond)
-			}
-			time.Sleep(50 * time.Millisecond) // room for one more refill to take a connection
-			ctx, cancel := context.WithTimeout(ctx, timeout/4)
-			defer cancel()
-			if err := c.Invalidate(ctx, uniqueURIs(t, 5)); err != nil {
-				t.Errorf("Invalidate behind %d stalled refills on %d refill connections: %v; want the tombstones written on the connection kept for them", conns, conns, err)
-			}
-			return nil
+		onStandIn(t, addr, func(cfg *Config) { cfg.Timeout = timeout }, func(c *Cache) {
+			conns := int(c.servers[0].refills.size)
+			whileRefillsStall(t, c, conns, func(ctx context.Context) {
+				time.Sleep(300 * time.Millisecond) // room for one more refill to take a connection, were any open to it
+				ctx, cancel := context.WithTimeout(ctx, timeout/4)
+				defer cancel()
+				if err := c.Invalidate(ctx, uniqueURIs(t, 5)); err != nil {
+					t.Errorf("Invalidate behind %d stalled refills on %d refill connections: %v; want the tombstones written on the connection kept for them", conns, conns, err)
+				}
+			})
 		})
-		if err != nil {
-			t.Error(err)
-		}
 	})
+}
+
+// whileRefillsStall starts n refills on c's one server, a stand-in that
+// leaves adds unanswered, and runs then once as many of them as the adds'
+// share allows are in flight.
+func whileRefillsStall(t *testing.T, c *Cache, n int, then func(ctx context.Context)) {
+	t.Helper()
+	inFlight := func() bool { return c.Stats()[0].RefillWrites >= addShare(c.servers[0].refills.size) }
+	err := fanout.Each(testContext(t, n+1), n+1, func(ctx context.Context, i int) error {
+		if i < n {
+			c.Fill(ctx, selfValued(uniqueURIs(t, 2)))
+			return nil
+		}
+		for !inFlight() {
+			time.Sleep(time.Millisecond)
+		}
+		then(ctx)
+		return nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
 }
 
 // Tests that a replay's drop reads a key again when it changed between
@@ -360,19 +383,53 @@ func TestDropOfAKeyThatKeepsChangingFailsTheReplay(t *testing.T) {
 // little more than half the timeout, succeed together although they take
 // longer than one.
 func TestEachExchangeOfADropGetsTheSocketTimeout(t *testing.T) {
-	half := DefaultConfig().Timeout * 3 / 5
+	// A timeout long enough that a loaded machine's scheduling delays
+	// (hundreds of milliseconds at worst) fit in what each exchange has
+	// left, and short enough that two exchanges overrun one.
+	const timeout = time.Second
+	late := timeout * 3 / 5
 	answer := func(n int, verb string) string {
 		if n%2 == 1 { // the last answer of each exchange comes late
-			time.Sleep(half)
+			time.Sleep(late)
 		}
 		if verb == "mg" {
 			return fmt.Sprintf("HD f0 c%d", n+1)
 		}
 		return "HD"
 	}
-	withScriptedCache(t, answer, nil, func(c *Cache, addr string) {
-		if err := c.DropOn(testContext(t, 4), addr, uniqueURIs(t, 2)); err != nil {
-			t.Errorf("DropOn whose two exchanges each took %v of a %v timeout: %v", half, DefaultConfig().Timeout, err)
+	withScriptedMemcached(t, answer, func(addr string) {
+		onStandIn(t, addr, func(cfg *Config) { cfg.Timeout = timeout }, func(c *Cache) {
+			if err := c.DropOn(testContext(t, 4), addr, uniqueURIs(t, 2)); err != nil {
+				t.Errorf("DropOn whose two exchanges each took %v of a %v timeout: %v", late, timeout, err)
+			}
+		})
+	})
+}
+
+// Tests that a refill is refused at once while its server's breaker is
+// open, even when stalled refills hold every slot of the adds' share: it
+// is not made to wait for a slot only to be refused once it has one.
+func TestRefillOfAnOpenServerDoesNotWaitForAShare(t *testing.T) {
+	const timeout = 3 * time.Second
+	withStalledAdds(t, 8, func(addr string) {
+		change := func(cfg *Config) {
+			cfg.Timeout, cfg.BreakerFailures, cfg.BreakerCoolDown = timeout, 1, time.Minute
 		}
+		onStandIn(t, addr, change, func(c *Cache) {
+			srv := c.servers[0]
+			share := int(addShare(srv.refills.size))
+			whileRefillsStall(t, c, share, func(ctx context.Context) {
+				c.Get(ctx, uniqueURIs(t, 1)[0]) // answered SERVER_ERROR: opens the breaker
+				if !srv.isOpen() {
+					t.Errorf("breaker %v after a failed get with BreakerFailures 1; want open", srv.breaker.State())
+					return
+				}
+				ctx, cancel := context.WithTimeout(ctx, timeout/3)
+				defer cancel()
+				if err := srv.addPipelined(ctx, []*memcache.Item{{Key: "k", Value: []byte("v")}}); !errors.Is(err, ErrUnavailable) {
+					t.Errorf("refill of a server whose breaker is open, behind %d stalled refills: %v; want ErrUnavailable at once", share, err)
+				}
+			})
+		})
 	})
 }

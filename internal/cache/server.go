@@ -135,8 +135,14 @@ func (s *server) addPipelined(ctx context.Context, items []*memcache.Item) error
 // slot of the adds' share of them (refills.adds), waiting no longer than
 // ctx allows: adds never hold the connection kept for tombstones and
 // deletes. Only the wait for a connection itself counts in Waits (a
-// server short of connections), not this one.
+// server short of connections), not this one. While the breaker is open
+// the add is refused at once, as guarded would refuse it, rather than
+// after waiting for a slot that stalled adds may hold until their socket
+// timeout.
 func (s *server) withAddShare(ctx context.Context, op func() error) error {
+	if s.isOpen() {
+		return s.count(gobreaker.ErrOpenState)
+	}
 	if err := s.refills.adds.Acquire(ctx, 1); err != nil {
 		return s.count(fmt.Errorf("%w: %w", errCallerGone, err))
 	}
