@@ -446,11 +446,14 @@ func (c *Cache) Close() error {
 }
 
 // addEach adds every item with one call per item on the item's current
-// owner. A key whose add may yet land is owed there (refilled).
+// owner, skipping a server whose breaker is not closed (refillSkip). A
+// key whose add may yet land is owed there (refilled).
 func (c *Cache) addEach(ctx context.Context, items []*memcache.Item) {
-	calls := make([]call, len(items))
-	for i, it := range items {
-		calls[i] = call{srv: c.owner(it.Key), item: it}
+	calls := make([]call, 0, len(items))
+	for _, it := range items {
+		if srv := c.owner(it.Key); srv.refillSkip() == nil {
+			calls = append(calls, call{srv: srv, item: it})
+		}
 	}
 	for i, err := range c.runEach(ctx, calls, (*memcache.Client).Add) {
 		calls[i].srv.refilled(calls[i].item.Key, err)

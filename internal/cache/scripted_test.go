@@ -8,10 +8,12 @@ import (
 	"net"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/bradfitz/gomemcache/memcache"
+	"github.com/sony/gobreaker/v2"
 
 	"github.com/sluice-dev/sluice/internal/guard/fanout"
 )
@@ -184,11 +186,11 @@ func TestSingleTombstoneAnsweredNotStoredIsOwed(t *testing.T) {
 	})
 }
 
-// withStalledAdds runs client against a memcached stand-in that serves up
-// to conns connections at once, answers every set STORED at once, and
-// never answers an add: refills that take a connection hold it until
-// their socket timeout ends, as on a server that stalls under them.
-func withStalledAdds(t *testing.T, conns int, client func(addr string)) {
+// withStandIn runs client against a memcached stand-in that serves up to
+// conns connections at once (one each), answering each command with
+// answer(its verb), or not at all when that is "". answer may be called
+// from several goroutines at once.
+func withStandIn(t *testing.T, conns int, answer func(verb string) string, client func(addr string)) {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -204,17 +206,16 @@ func withStalledAdds(t *testing.T, conns int, client func(addr string)) {
 		if err != nil {
 			return nil // the listener is closed: client is done
 		}
-		return serveStalledAdds(nc)
+		return serveStandIn(nc, answer)
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 }
 
-// serveStalledAdds reads commands from nc until the client closes it,
-// answering sets, failing gets (SERVER_ERROR) and leaving adds
-// unanswered.
-func serveStalledAdds(nc net.Conn) error {
+// serveStandIn reads commands from nc until the client closes it,
+// answering each as answer says (see withStandIn).
+func serveStandIn(nc net.Conn, answer func(verb string) string) error {
 	defer nc.Close()
 	if err := nc.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
 		return err
@@ -231,11 +232,11 @@ func serveStalledAdds(nc net.Conn) error {
 				return nil
 			}
 		}
-		answer, ok := stalledAddsAnswers[verb]
-		if !ok {
+		a := answer(verb)
+		if a == "" {
 			continue
 		}
-		if _, err := rw.WriteString(answer + "\r\n"); err != nil {
+		if _, err := rw.WriteString(a + "\r\n"); err != nil {
 			return err
 		}
 		if rw.Reader.Buffered() == 0 {
@@ -246,9 +247,15 @@ func serveStalledAdds(nc net.Conn) error {
 	}
 }
 
-// stalledAddsAnswers is what serveStalledAdds answers each verb it
-// answers at all.
-var stalledAddsAnswers = map[string]string{"set": "STORED", "get": "SERVER_ERROR busy", "gets": "SERVER_ERROR busy"}
+// withStalledAdds runs client against a stand-in (withStandIn) that
+// answers every set STORED, fails every read (SERVER_ERROR) and never
+// answers an add: refills that take a connection hold it until their
+// socket timeout ends, as on a server that stalls under them.
+func withStalledAdds(t *testing.T, conns int, client func(addr string)) {
+	t.Helper()
+	answers := map[string]string{"set": "STORED", "get": "SERVER_ERROR busy", "gets": "SERVER_ERROR busy"}
+	withStandIn(t, conns, func(verb string) string { return answers[verb] }, client)
+}
 
 // Tests that refills, however many wait, never hold every refill
 // connection: a batch of tombstones written while as many refills as
@@ -432,4 +439,71 @@ func TestRefillOfAnOpenServerDoesNotWaitForAShare(t *testing.T) {
 			})
 		})
 	})
+}
+
+// Tests that a refill is never the probe of a half-open breaker: while
+// the breaker is open or half open a refill is skipped, sends nothing
+// and owes nothing; a read probes, and once it has closed the breaker
+// refills go out again. A refill sent as the probe into a fault that
+// still held would leave each of its keys owed a tombstone.
+func TestRefillsNeverProbeAHalfOpenServer(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		conns int
+	}{{"pipelined", 64}, {"one by one", 8}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
+			var verbs []string
+			answer := func(verb string) string {
+				mu.Lock()
+				defer mu.Unlock()
+				verbs = append(verbs, verb)
+				switch {
+				case len(verbs) == 1: // the first read fails: the breaker opens
+					return "SERVER_ERROR busy"
+				case verb == "gets":
+					return "END"
+				}
+				return "STORED"
+			}
+			const coolDown = 100 * time.Millisecond
+			change := func(cfg *Config) {
+				cfg.MaxConnsPerServer, cfg.BreakerFailures, cfg.BreakerCoolDown = tc.conns, 1, coolDown
+			}
+			withStandIn(t, 4, answer, func(addr string) {
+				onStandIn(t, addr, change, func(c *Cache) {
+					refillsSkippedUntilAReadCloses(t, c, coolDown)
+				}, WithDistrust())
+			})
+			if want := []string{"gets", "gets", "add"}; !slices.Equal(verbs, want) {
+				t.Errorf("commands sent: %q; want %q (no add before the read that closed the breaker)", verbs, want)
+			}
+		})
+	}
+}
+
+// refillsSkippedUntilAReadCloses opens c's breaker with a failed read,
+// refills while it is open and, after coolDown, half open, then reads
+// (the probe, which closes it) and refills once more.
+func refillsSkippedUntilAReadCloses(t *testing.T, c *Cache, coolDown time.Duration) {
+	ctx := testContext(t, 4)
+	srv := c.servers[0]
+	c.Get(ctx, uniqueURIs(t, 1)[0])
+	if !srv.isOpen() {
+		t.Fatalf("breaker %v after a failed read with BreakerFailures 1; want open", srv.breaker.State())
+	}
+	c.Fill(ctx, selfValued(uniqueURIs(t, 3)))
+	time.Sleep(coolDown + coolDown/2)
+	if st := srv.breaker.State(); st != gobreaker.StateHalfOpen {
+		t.Fatalf("breaker %v after its cool-down; want half-open", st)
+	}
+	c.Fill(ctx, selfValued(uniqueURIs(t, 3)))
+	if owed := c.Stats()[0].OwedTombstones; owed != 0 {
+		t.Errorf("%d keys owed after refills while the breaker was not closed; want 0", owed)
+	}
+	c.Get(ctx, uniqueURIs(t, 1)[0])
+	if st := srv.breaker.State(); st != gobreaker.StateClosed {
+		t.Fatalf("breaker %v after an answered read in half-open; want closed", st)
+	}
+	c.Fill(ctx, selfValued(uniqueURIs(t, 1)))
 }

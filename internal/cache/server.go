@@ -135,13 +135,13 @@ func (s *server) addPipelined(ctx context.Context, items []*memcache.Item) error
 // slot of the adds' share of them (refills.adds), waiting no longer than
 // ctx allows: adds never hold the connection kept for tombstones and
 // deletes. Only the wait for a connection itself counts in Waits (a
-// server short of connections), not this one. While the breaker is open
-// the add is refused at once, as guarded would refuse it, rather than
-// after waiting for a slot that stalled adds may hold until their socket
+// server short of connections), not this one. While the breaker is not
+// closed the add is skipped at once (refillSkip), rather than after
+// waiting for a slot that stalled adds may hold until their socket
 // timeout.
 func (s *server) withAddShare(ctx context.Context, op func() error) error {
-	if s.isOpen() {
-		return s.count(gobreaker.ErrOpenState)
+	if err := s.refillSkip(); err != nil {
+		return err
 	}
 	if err := s.refills.adds.Acquire(ctx, 1); err != nil {
 		return s.count(fmt.Errorf("%w: %w", errCallerGone, err))
@@ -212,6 +212,29 @@ func repeated(err error, n int) []error {
 		errs[i] = err
 	}
 	return errs
+}
+
+// errRefillsWait marks a refill skipped because the server's breaker is
+// not closed.
+var errRefillsWait = errors.New("refills wait for the breaker to close")
+
+// refillSkip returns the error, counted as a skipped call, of a refill
+// the server must not be sent now: one while its breaker is open or half
+// open; nil while it is closed. A refill is best effort, and one that is
+// the half-open probe into a fault that still holds (a slow or
+// black-holed server) fails with its outcome unknown, which leaves every
+// key in it owed a tombstone, read as a miss until TombstoneTTL after the
+// server is back. Reads and tombstones probe instead: a failed read owes
+// nothing.
+func (s *server) refillSkip() error {
+	switch st := s.breaker.State(); st {
+	case gobreaker.StateClosed:
+		return nil
+	case gobreaker.StateHalfOpen:
+		return s.count(fmt.Errorf("%w: %w", gobreaker.ErrTooManyRequests, errRefillsWait))
+	default:
+		return s.count(fmt.Errorf("%w: %w", gobreaker.ErrOpenState, errRefillsWait))
+	}
 }
 
 // isOpen reports whether the server's breaker is open: calls to it are

@@ -54,8 +54,11 @@ const (
 	// threadMargin is how many OS threads over idle the process may reach.
 	threadMargin = 12
 	// recoverWithin is a patient deadline for the hit ratio to be back to
-	// recoveredHitRatio once the fault ends (a breaker cool-down and a
-	// refill; seconds on a quiet machine).
+	// recoveredHitRatio once the fault ends: a breaker cool-down and a
+	// refill, seconds on a quiet machine, unless more than a tenth of the
+	// keys read are owed a tombstone; those read as misses until the
+	// tombstone, written once memcached is back, expires (cacheConfig's
+	// TombstoneTTL, 20 s).
 	recoverWithin     = 30 * time.Second
 	recoveredHitRatio = 0.9
 )
