@@ -110,8 +110,10 @@ type heldKey struct {
 // neither a hit (HD) nor a miss (EN) nor a server error, and an error
 // naming the first server error when there was one.
 func metaGet(rw *bufio.ReadWriter, items []*memcache.Item) ([]heldKey, error) {
+	var line []byte
 	for _, it := range items {
-		if _, err := fmt.Fprintf(rw, "mg %s f c\r\n", it.Key); err != nil {
+		line = append(append(append(line[:0], "mg "...), it.Key...), " f c\r\n"...)
+		if _, err := rw.Write(line); err != nil {
 			return nil, err
 		}
 	}
@@ -183,8 +185,11 @@ func metaDelete(rw *bufio.ReadWriter, items []*memcache.Item, cas []uint64) (cha
 	if len(items) == 0 {
 		return nil, refusals{}, nil
 	}
+	var line []byte
 	for i, it := range items {
-		if _, err := fmt.Fprintf(rw, "md %s C%d\r\n", it.Key, cas[i]); err != nil {
+		line = append(append(append(line[:0], "md "...), it.Key...), " C"...)
+		line = append(strconv.AppendUint(line, cas[i], 10), "\r\n"...)
+		if _, err := rw.Write(line); err != nil {
 			return nil, refusals{}, err
 		}
 	}
