@@ -97,8 +97,9 @@ type ServerStats struct {
 	Dials, OpenConns, InUse int64
 	// Hits and Misses count keys in gets the server answered. Errors
 	// counts calls that failed, Skipped calls not made because the
-	// breaker was open or half-open with its probe in flight, or because
-	// the Cache was closed.
+	// breaker was open or half-open with its probe in flight, refills not
+	// made because it was not closed, or calls made after the Cache was
+	// closed.
 	Hits, Misses, Errors, Skipped int64
 	// Waits counts calls that found no free connection and had to wait;
 	// WaitExpired those of them, and the single-key reads waiting to be
@@ -446,16 +447,14 @@ func (c *Cache) Close() error {
 }
 
 // addEach adds every item with one call per item on the item's current
-// owner, skipping a server whose breaker is not closed (refillSkip). A
-// key whose add may yet land is owed there (refilled).
+// owner (refillEach). A key whose add may yet land is owed there
+// (refilled).
 func (c *Cache) addEach(ctx context.Context, items []*memcache.Item) {
-	calls := make([]call, 0, len(items))
-	for _, it := range items {
-		if srv := c.owner(it.Key); srv.refillSkip() == nil {
-			calls = append(calls, call{srv: srv, item: it})
-		}
+	calls := make([]call, len(items))
+	for i, it := range items {
+		calls[i] = call{srv: c.owner(it.Key), item: it}
 	}
-	for i, err := range c.runEach(ctx, calls, (*memcache.Client).Add) {
+	for i, err := range c.refillEach(ctx, calls) {
 		calls[i].srv.refilled(calls[i].item.Key, err)
 	}
 }
@@ -481,15 +480,17 @@ func failures(calls []call, errs []error) (int, error) {
 	return failed, first
 }
 
-// runEach makes calls under the request's fan-out limit, one gomemcache
-// call each, and returns each one's error, nil for a refused ADD.
-func (c *Cache) runEach(ctx context.Context, calls []call, op func(*memcache.Client, *memcache.Item) error) []error {
+// refillEach adds each of calls' items under the request's fan-out
+// limit, one gomemcache call each, skipping a server whose breaker is not
+// closed (refillSkip), and returns each one's error, nil for a refused
+// ADD.
+func (c *Cache) refillEach(ctx context.Context, calls []call) []error {
 	errs := make([]error, len(calls))
 	for i := range errs {
 		errs[i] = errNotAttempted
 	}
 	_ = fanout.Each(ctx, len(calls), func(ctx context.Context, i int) error {
-		errs[i] = calls[i].srv.do(ctx, func(mc *memcache.Client) error { return op(mc, calls[i].item) })
+		errs[i] = calls[i].srv.doRefill(ctx, func(mc *memcache.Client) error { return mc.Add(calls[i].item) })
 		return nil
 	})
 	for i, err := range errs {

@@ -187,7 +187,7 @@ func TestSingleTombstoneAnsweredNotStoredIsOwed(t *testing.T) {
 }
 
 // withStandIn runs client against a memcached stand-in that serves up to
-// conns connections at once (one each), answering each command with
+// conns connections in all (a goroutine each), answering each command with
 // answer(its verb), or not at all when that is "". answer may be called
 // from several goroutines at once.
 func withStandIn(t *testing.T, conns int, answer func(verb string) string, client func(addr string)) {
@@ -291,6 +291,10 @@ func whileRefillsStall(t *testing.T, c *Cache, n int, then func(ctx context.Cont
 			return nil
 		}
 		for !inFlight() {
+			if ctx.Err() != nil {
+				t.Errorf("%d of %d refills in flight when the test's time ran out", c.Stats()[0].RefillWrites, n)
+				return nil
+			}
 			time.Sleep(time.Millisecond)
 		}
 		then(ctx)
@@ -417,7 +421,10 @@ func TestEachExchangeOfADropGetsTheSocketTimeout(t *testing.T) {
 // open, even when stalled refills hold every slot of the adds' share: it
 // is not made to wait for a slot only to be refused once it has one.
 func TestRefillOfAnOpenServerDoesNotWaitForAShare(t *testing.T) {
-	const timeout = 3 * time.Second
+	// The stalled refills hold the share for timeout; the refused one may
+	// wait timeout/5, so that only a machine stalled for most of timeout
+	// could free a slot in time and let a waiting refill pass unnoticed.
+	const timeout = 5 * time.Second
 	withStalledAdds(t, 8, func(addr string) {
 		change := func(cfg *Config) {
 			cfg.Timeout, cfg.BreakerFailures, cfg.BreakerCoolDown = timeout, 1, time.Minute
@@ -431,7 +438,7 @@ func TestRefillOfAnOpenServerDoesNotWaitForAShare(t *testing.T) {
 					t.Errorf("breaker %v after a failed get with BreakerFailures 1; want open", srv.breaker.State())
 					return
 				}
-				ctx, cancel := context.WithTimeout(ctx, timeout/3)
+				ctx, cancel := context.WithTimeout(ctx, timeout/5)
 				defer cancel()
 				if err := srv.addPipelined(ctx, []*memcache.Item{{Key: "k", Value: []byte("v")}}); !errors.Is(err, ErrUnavailable) {
 					t.Errorf("refill of a server whose breaker is open, behind %d stalled refills: %v; want ErrUnavailable at once", share, err)
@@ -464,7 +471,7 @@ func TestRefillsNeverProbeAHalfOpenServer(t *testing.T) {
 				case verb == "gets":
 					return "END"
 				}
-				return "STORED"
+				return "" // adds stall: one sent owes its keys
 			}
 			const coolDown = 100 * time.Millisecond
 			change := func(cfg *Config) {
@@ -483,19 +490,21 @@ func TestRefillsNeverProbeAHalfOpenServer(t *testing.T) {
 }
 
 // refillsSkippedUntilAReadCloses opens c's breaker with a failed read,
-// refills while it is open and, after coolDown, half open, then reads
-// (the probe, which closes it) and refills once more.
+// refills while it is not closed (open, or half open after coolDown),
+// then reads (the probe, which closes it) and refills once more.
 func refillsSkippedUntilAReadCloses(t *testing.T, c *Cache, coolDown time.Duration) {
 	ctx := testContext(t, 4)
 	srv := c.servers[0]
 	c.Get(ctx, uniqueURIs(t, 1)[0])
-	if !srv.isOpen() {
-		t.Fatalf("breaker %v after a failed read with BreakerFailures 1; want open", srv.breaker.State())
+	if st := srv.breaker.State(); st == gobreaker.StateClosed {
+		t.Errorf("breaker %v after a failed read with BreakerFailures 1; want open", st)
+		return
 	}
 	c.Fill(ctx, selfValued(uniqueURIs(t, 3)))
 	time.Sleep(coolDown + coolDown/2)
 	if st := srv.breaker.State(); st != gobreaker.StateHalfOpen {
-		t.Fatalf("breaker %v after its cool-down; want half-open", st)
+		t.Errorf("breaker %v after its cool-down; want half-open", st)
+		return
 	}
 	c.Fill(ctx, selfValued(uniqueURIs(t, 3)))
 	if owed := c.Stats()[0].OwedTombstones; owed != 0 {
@@ -503,7 +512,41 @@ func refillsSkippedUntilAReadCloses(t *testing.T, c *Cache, coolDown time.Durati
 	}
 	c.Get(ctx, uniqueURIs(t, 1)[0])
 	if st := srv.breaker.State(); st != gobreaker.StateClosed {
-		t.Fatalf("breaker %v after an answered read in half-open; want closed", st)
+		t.Errorf("breaker %v after an answered read in half-open; want closed", st)
+		return
 	}
 	c.Fill(ctx, selfValued(uniqueURIs(t, 1)))
+}
+
+// Tests that a refill that waited for a connection while the breaker
+// opened and then half-opened is not sent as the half-open probe: it
+// checks the breaker again once it has a connection, and gives up.
+func TestRefillThatWaitedIsNotTheProbe(t *testing.T) {
+	const timeout, coolDown = 2 * time.Second, 100 * time.Millisecond
+	withStalledAdds(t, 8, func(addr string) {
+		change := func(cfg *Config) {
+			cfg.Timeout, cfg.BreakerFailures, cfg.BreakerCoolDown = timeout, 1, coolDown
+		}
+		onStandIn(t, addr, change, func(c *Cache) {
+			srv := c.servers[0]
+			share := int(addShare(srv.refills.size))
+			whileRefillsStall(t, c, share, func(ctx context.Context) {
+				time.Sleep(timeout / 2) // the stalled refills end about timeout/2 from now
+				_ = fanout.Each(ctx, 2, func(ctx context.Context, i int) error {
+					if i == 0 { // passes the first check while closed, then waits for a slot
+						c.Fill(ctx, selfValued(uniqueURIs(t, 1)))
+						return nil
+					}
+					time.Sleep(50 * time.Millisecond)
+					c.Get(ctx, uniqueURIs(t, 1)[0]) // answered SERVER_ERROR: opens the breaker
+					time.Sleep(2 * coolDown)
+					srv.breaker.State() // half open from here on
+					return nil
+				})
+			})
+			if writes := c.Stats()[0].RefillWrites; writes != int64(share) {
+				t.Errorf("%d refill writes sent; want only the %d stalled ones, not the refill that waited while the breaker opened and half-opened", writes, share)
+			}
+		})
+	})
 }

@@ -120,10 +120,10 @@ func (s *server) do(ctx context.Context, op func(*memcache.Client) error) error 
 // semaphore, as do runs a client call. s.refills must not be nil.
 func (s *server) addPipelined(ctx context.Context, items []*memcache.Item) error {
 	err := s.withAddShare(ctx, func() error {
-		return s.guarded(ctx, s.refills.sem, func() error {
+		return s.guarded(ctx, s.refills.sem, s.inRefill(func() error {
 			s.refillWrites.Add(1)
 			return s.refills.add(ctx, items)
-		})
+		}))
 	})
 	for _, it := range items {
 		s.refilled(it.Key, err)
@@ -214,27 +214,46 @@ func repeated(err error, n int) []error {
 	return errs
 }
 
-// errRefillsWait marks a refill skipped because the server's breaker is
-// not closed.
-var errRefillsWait = errors.New("refills wait for the breaker to close")
+// errRefillsWait marks a refill not sent because the server's breaker
+// was not closed (refillSkip). It says nothing of the server's health.
+var errRefillsWait = errors.New("cache: refill skipped: the breaker is not closed")
 
 // refillSkip returns the error, counted as a skipped call, of a refill
-// the server must not be sent now: one while its breaker is open or half
+// the server must not be sent now, while its breaker is open or half
 // open; nil while it is closed. A refill is best effort, and one that is
 // the half-open probe into a fault that still holds (a slow or
 // black-holed server) fails with its outcome unknown, which leaves every
 // key in it owed a tombstone, read as a miss until TombstoneTTL after the
-// server is back. Reads and tombstones probe instead: a failed read owes
-// nothing.
+// server is back. Reads, tombstones and a replay's deletes probe instead:
+// a failed read owes nothing. A refill checks before it waits for a
+// connection, and again once the breaker has let it through (inRefill),
+// since the breaker may have opened and half-opened while it waited.
 func (s *server) refillSkip() error {
-	switch st := s.breaker.State(); st {
-	case gobreaker.StateClosed:
+	if s.breaker.State() == gobreaker.StateClosed {
 		return nil
-	case gobreaker.StateHalfOpen:
-		return s.count(fmt.Errorf("%w: %w", gobreaker.ErrTooManyRequests, errRefillsWait))
-	default:
-		return s.count(fmt.Errorf("%w: %w", gobreaker.ErrOpenState, errRefillsWait))
 	}
+	return s.count(errRefillsWait)
+}
+
+// inRefill runs op, a refill the breaker let through, unless the breaker
+// is no longer closed: then it returns errRefillsWait, which the breaker
+// does not count, so a half-open breaker's probe slot goes back unused.
+func (s *server) inRefill(op func() error) func() error {
+	return func() error {
+		if s.breaker.State() != gobreaker.StateClosed {
+			return errRefillsWait
+		}
+		return op()
+	}
+}
+
+// doRefill runs op, a refill, on the server's client as do runs a call,
+// only while the breaker is closed (refillSkip).
+func (s *server) doRefill(ctx context.Context, op func(*memcache.Client) error) error {
+	if err := s.refillSkip(); err != nil {
+		return err
+	}
+	return s.guarded(ctx, s.sem, s.inRefill(func() error { return refusedItem(op(s.client)) }))
 }
 
 // isOpen reports whether the server's breaker is open: calls to it are
@@ -244,7 +263,7 @@ func (s *server) isOpen() bool { return s.breaker.State() == gobreaker.StateOpen
 // count updates the counters for the outcome of one call.
 func (s *server) count(err error) error {
 	switch {
-	case errors.Is(err, gobreaker.ErrOpenState), errors.Is(err, gobreaker.ErrTooManyRequests), errors.Is(err, errOpenedWhileWaiting):
+	case errors.Is(err, gobreaker.ErrOpenState), errors.Is(err, gobreaker.ErrTooManyRequests), errors.Is(err, errOpenedWhileWaiting), errors.Is(err, errRefillsWait):
 		s.skipped.Add(1)
 		return fmt.Errorf("%w: %s: %w", ErrUnavailable, s.addr, err)
 	case errors.Is(err, errCallerGone):
@@ -352,9 +371,10 @@ func isSuccessful(err error) bool {
 func answered(err error) bool { return isSuccessful(err) || errors.Is(err, errItemRefused) }
 
 // isExcluded reports errors that say nothing about the server's health:
-// the caller leaving, or a key this package should never have built.
+// the caller leaving, a refill given up (errRefillsWait), or a key this
+// package should never have built.
 func isExcluded(err error) bool {
-	return errors.Is(err, errCallerGone) || errors.Is(err, errOpenedWhileWaiting) || errors.Is(err, memcache.ErrMalformedKey)
+	return errors.Is(err, errCallerGone) || errors.Is(err, errOpenedWhileWaiting) || errors.Is(err, errRefillsWait) || errors.Is(err, memcache.ErrMalformedKey)
 }
 
 // countedConn counts its first Close, so OpenConns = dials − closes.
