@@ -110,12 +110,15 @@ func startServer(t *testing.T, args ...string) *server {
 	return s
 }
 
-// procStatus reads a field of the server's /proc/<pid>/status, in bytes.
+// procStatus reads a field of the server's /proc/<pid>/status, in bytes;
+// it reports a field it cannot read as an error (it may run off the
+// test's goroutine) and returns 0.
 func (s *server) procStatus(t *testing.T, field string) int64 {
 	t.Helper()
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", s.cmd.Process.Pid))
 	if err != nil {
-		t.Fatal(err)
+		t.Error(err)
+		return 0
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(f)
@@ -123,12 +126,13 @@ func (s *server) procStatus(t *testing.T, field string) int64 {
 		if v, ok := strings.CutPrefix(sc.Text(), field+":"); ok {
 			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
 			if err != nil {
-				t.Fatal(err)
+				t.Error(err)
+				return 0
 			}
 			return kb << 10
 		}
 	}
-	t.Fatalf("no %s in /proc/%d/status", field, s.cmd.Process.Pid)
+	t.Errorf("no %s in /proc/%d/status", field, s.cmd.Process.Pid)
 	return 0
 }
 

@@ -128,8 +128,15 @@ func TestMemcachedStoppedMidLoad(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	duringOutage := ts.app.Cache.Stats()[0]
 	ts.memcached.Start()
-	time.Sleep(2 * time.Second)
+	// Polled, not slept: a loaded machine may take longer than a
+	// cool-down and a refill to show hits again.
 	recovered := ts.app.Cache.Stats()[0]
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); recovered = ts.app.Cache.Stats()[0] {
+		if recovered.BreakerState == "closed" && recovered.Hits > duringOutage.Hits {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	l.finish()
 
 	t.Logf("ok=%d failed=%d; at stop %+v; during outage %+v; after restart %+v", l.ok.Load(), l.failed.Load(), stoppedAt, duringOutage, recovered)

@@ -135,9 +135,12 @@ func TestFillDoesNotOverwrite(t *testing.T) {
 }
 
 // Tests that Invalidate turns a hit into a miss and blocks refills until
-// TombstoneTTL has passed.
+// TombstoneTTL has passed. memcached counts expiry in whole seconds, so a
+// 2 s tombstone lives between 1 s and 2 s: the refill right after it
+// must be refused, and one tried after it has gone must be stored.
 func TestInvalidateBlocksFillUntilTombstoneExpires(t *testing.T) {
-	c := newCache(t, []string{testenv.SharedMemcached(t)}, func(cfg *Config) { cfg.TombstoneTTL = time.Second })
+	const ttl = 2 * time.Second
+	c := newCache(t, []string{testenv.SharedMemcached(t)}, func(cfg *Config) { cfg.TombstoneTTL = ttl })
 	ctx := testContext(t, 4)
 	u := uniqueURIs(t, 1)[0]
 	c.Fill(ctx, map[string]Entry{u: {Value: []byte("old")}})
@@ -152,10 +155,15 @@ func TestInvalidateBlocksFillUntilTombstoneExpires(t *testing.T) {
 		t.Fatalf("Fill during the tombstone stored %+v, want a miss", got)
 	}
 
-	time.Sleep(2100 * time.Millisecond)
-	c.Fill(ctx, map[string]Entry{u: {Value: []byte("new")}})
-	if got := c.GetMulti(ctx, []string{u})[u]; string(got.Value) != "new" {
-		t.Fatalf("Fill after the tombstone expired: got %+v, want the new value", got)
+	time.Sleep(ttl)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		c.Fill(ctx, map[string]Entry{u: {Value: []byte("new")}})
+		if got := c.GetMulti(ctx, []string{u})[u]; string(got.Value) == "new" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Fill after the tombstone expired: got %+v 10 s after its %v, want the new value", c.GetMulti(ctx, []string{u})[u], ttl)
+		}
 	}
 }
 
@@ -277,7 +285,7 @@ func TestWaitIsBoundedByDeadline(t *testing.T) {
 		for c.Stats()[0].InUse == 0 {
 			time.Sleep(time.Millisecond)
 		}
-		short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+		short, cancel := context.WithTimeout(ctx, time.Second) // between the wait starting and the holder's 2 s timeout
 		defer cancel()
 		c.GetMulti(short, []string{"waits"})
 		stateAfterWait = c.Stats()[0].BreakerState
@@ -303,7 +311,9 @@ func TestMemcachedDownThenBack(t *testing.T) {
 	c := newCache(t, []string{mc.Addr()}, func(cfg *Config) {
 		cfg.Timeout = 250 * time.Millisecond
 		cfg.BreakerFailures = 3
-		cfg.BreakerCoolDown = 300 * time.Millisecond
+		// Longer than a loaded machine takes for the 20 reads below,
+		// which must all find the breaker open, not half open.
+		cfg.BreakerCoolDown = 3 * time.Second
 	})
 	ctx := testContext(t, 4)
 	uris := uniqueURIs(t, 1)
@@ -343,10 +353,10 @@ func TestMemcachedDownThenBack(t *testing.T) {
 	}
 
 	mc.Start()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(c.cfg.BreakerCoolDown + 5*time.Second)
 	for len(c.GetMulti(ctx, uris)) == 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("no hit 5s after memcached came back; stats %+v", c.Stats()[0])
+			t.Fatalf("no hit a cool-down and 5 s after memcached came back; stats %+v", c.Stats()[0])
 		}
 		c.Fill(ctx, map[string]Entry{uris[0]: {Value: []byte("v")}})
 		time.Sleep(50 * time.Millisecond)

@@ -61,7 +61,7 @@ func TestSingleReadsAreGathered(t *testing.T) {
 			got[i] = c.GetMulti(ctx, []string{asks[i]})
 		case i == len(asks):
 			// Long enough to reach the wait on a busy machine.
-			short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+			short, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()
 			expired = c.GetMulti(short, []string{uris[4]})
 		default:

@@ -132,9 +132,12 @@ func TestRefillOutlivesItsCallersDeadline(t *testing.T) {
 	c := newCache(t, []string{m.Addr()}, func(cfg *Config) { cfg.Timeout = 5 * time.Second })
 	uris := uniqueURIs(t, 2)
 	m.Pause()
-	ctx, cancel := context.WithTimeout(testContext(t, 1), 200*time.Millisecond)
+	// The caller's deadline leaves room for a loaded machine to reach the
+	// connection before it passes; memcached resumes well after it and
+	// well before the socket timeout.
+	ctx, cancel := context.WithTimeout(testContext(t, 1), 500*time.Millisecond)
 	defer cancel()
-	resumed := time.AfterFunc(time.Second, m.Resume) // well after the caller's deadline, well before the timeout
+	resumed := time.AfterFunc(2*time.Second, m.Resume)
 	defer resumed.Stop()
 	c.Fill(ctx, selfValued(uris))
 	if s := c.Stats()[0]; s.Errors != 0 || s.RefillWrites != 1 {
@@ -182,7 +185,8 @@ func TestRefusedTombstoneIsNotWritten(t *testing.T) {
 	m := testenv.StartMemcachedWith(t, "-m", "2", "-I", "512k", "-M") // 2 MB, no eviction
 	cfg := DefaultConfig()
 	cfg.Servers = []string{m.Addr()}
-	cfg.TombstoneTTL = time.Hour // none expires, however slowly the memory fills
+	cfg.Timeout = 5 * time.Second // every exchange must be answered, on a loaded machine too
+	cfg.TombstoneTTL = time.Hour  // none expires, however slowly the memory fills
 	c, err := New(cfg, WithDistrust())
 	if err != nil {
 		t.Fatal(err)

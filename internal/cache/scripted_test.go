@@ -62,12 +62,14 @@ func withScriptedCache(t *testing.T, answer func(n int, verb string) string, opt
 }
 
 // onStandIn runs client with a Cache over the memcached stand-in at addr,
-// its default config adjusted by change (if not nil), and closes the
-// Cache when client returns, as the stand-ins require.
+// its default config with a 5 s socket timeout (room for a loaded
+// machine's stalls in every exchange a test expects to succeed) adjusted
+// by change (if not nil), and closes the Cache when client returns, as
+// the stand-ins require.
 func onStandIn(t *testing.T, addr string, change func(*Config), client func(c *Cache), opts ...Option) {
 	t.Helper()
 	cfg := DefaultConfig()
-	cfg.Servers = []string{addr}
+	cfg.Servers, cfg.Timeout = []string{addr}, 5*time.Second
 	if change != nil {
 		change(&cfg)
 	}
@@ -476,6 +478,7 @@ func TestRefillsNeverProbeAHalfOpenServer(t *testing.T) {
 			const coolDown = 100 * time.Millisecond
 			change := func(cfg *Config) {
 				cfg.MaxConnsPerServer, cfg.BreakerFailures, cfg.BreakerCoolDown = tc.conns, 1, coolDown
+				cfg.Timeout = time.Second // the last refill's stall
 			}
 			withStandIn(t, 4, answer, func(addr string) {
 				onStandIn(t, addr, change, func(c *Cache) {

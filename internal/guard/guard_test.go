@@ -636,7 +636,7 @@ func TestInflightItemCap(t *testing.T) {
 		t.Errorf("InflightItems() = %d with a full batch in flight, want 1000", got)
 	}
 
-	_, err := f.client.GetPostRecords(testContext(t, 200*time.Millisecond), &sluicev1.GetPostRecordsRequest{Uris: uris(1)})
+	_, err := f.client.GetPostRecords(testContext(t, 5*time.Second), &sluicev1.GetPostRecordsRequest{Uris: uris(1)})
 	st := wantCode(t, err, codes.Unavailable)
 	if !strings.Contains(st.Message(), "process-wide cap of 1000 in-flight items") {
 		t.Errorf("message %q does not mention the process-wide cap", st.Message())

@@ -79,7 +79,7 @@ func TestShedRequestIsNotCharged(t *testing.T) {
 	cfg.Admission.Clients = map[string]budget.Budget{"feed": {ItemsPerSecond: 1, Burst: 100, MaxInflightItems: 100}}
 	s := newMemoryServer(t, cfg)
 	defer holdRequestSlot(t, s, "other").Release()
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	if admitted, _, err := s.admit(ctx, getPostRecords, "feed", 100, false); status.Code(err) != codes.Unavailable {
 		if err == nil {

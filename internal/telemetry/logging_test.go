@@ -70,12 +70,14 @@ func TestLogHandlerRateLimitsPerComponentAndKind(t *testing.T) {
 // suppressed=N.
 func TestLogHandlerReportsSuppressedCount(t *testing.T) {
 	var out lockedBuffer
-	h := NewLogHandler(&out, LogConfig{PerSecond: 20, Burst: 1})
+	// 2/s: the ten lines fit in the half second before a second token
+	// even on a loaded machine.
+	h := NewLogHandler(&out, LogConfig{PerSecond: 2, Burst: 1})
 	log := slog.New(h)
 	for range 10 {
 		log.Error("boom", LogComponent, "cache", LogKind, "timeout")
 	}
-	time.Sleep(120 * time.Millisecond) // at 20/s, one more token
+	time.Sleep(600 * time.Millisecond) // at 2/s, one more token
 	log.Error("boom", LogComponent, "cache", LogKind, "timeout")
 	if err := h.Close(context.Background()); err != nil {
 		t.Fatal(err)

@@ -88,11 +88,13 @@ func fakeURIs(n int) []string {
 func checkAligned(t *testing.T, records []*sluicev1.PostRecord, uris []string) {
 	t.Helper()
 	if len(records) != len(uris) {
-		t.Fatalf("%d records for %d uris", len(records), len(uris))
+		t.Errorf("%d records for %d uris", len(records), len(uris))
+		return
 	}
 	for i, r := range records {
 		if r.GetUri() != uris[i] {
-			t.Fatalf("records[%d] = %s, want %s", i, r.GetUri(), uris[i])
+			t.Errorf("records[%d] = %s, want %s", i, r.GetUri(), uris[i])
+			return
 		}
 	}
 }
