@@ -482,7 +482,7 @@ func failures(calls []call, errs []error) (int, error) {
 
 // refillEach adds each of calls' items under the request's fan-out
 // limit, one gomemcache call each, skipping a server whose breaker is not
-// closed (refillSkip), and returns each one's error, nil for a refused
+// closed (server.refill), and returns each one's error, nil for a refused
 // ADD.
 func (c *Cache) refillEach(ctx context.Context, calls []call) []error {
 	errs := make([]error, len(calls))
@@ -490,7 +490,8 @@ func (c *Cache) refillEach(ctx context.Context, calls []call) []error {
 		errs[i] = errNotAttempted
 	}
 	_ = fanout.Each(ctx, len(calls), func(ctx context.Context, i int) error {
-		errs[i] = calls[i].srv.doRefill(ctx, func(mc *memcache.Client) error { return mc.Add(calls[i].item) })
+		srv := calls[i].srv
+		errs[i] = srv.refill(ctx, srv.sem, nil, func() error { return refusedItem(srv.client.Add(calls[i].item)) })
 		return nil
 	})
 	for i, err := range errs {

@@ -36,12 +36,17 @@ func withScriptedMemcached(t *testing.T, answer func(n int, verb string) string,
 			client(l.Addr().String())
 			return nil
 		}
-		for n := 0; ; {
+		n := 0 // commands answered so far, over every connection
+		counted := func(verb string) string {
+			defer func() { n++ }()
+			return answer(n, verb)
+		}
+		for {
 			nc, err := l.Accept()
 			if err != nil {
 				return nil // the listener is closed: client is done
 			}
-			if n, err = serveScripted(nc, n, answer); err != nil {
+			if err := serveStandIn(nc, counted); err != nil {
 				return err
 			}
 		}
@@ -80,37 +85,6 @@ func onStandIn(t *testing.T, addr string, change func(*Config), client func(c *C
 	}
 	defer c.Close()
 	client(c)
-}
-
-// serveScripted answers the commands read from nc, the first of them the
-// n-th, until the client closes it, and returns the count of commands
-// answered so far. It reads a storage command's data line.
-func serveScripted(nc net.Conn, n int, answer func(n int, verb string) string) (int, error) {
-	defer nc.Close()
-	if err := nc.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
-		return n, err
-	}
-	rw := bufio.NewReadWriter(bufio.NewReader(nc), bufio.NewWriter(nc))
-	for ; ; n++ {
-		line, err := rw.ReadString('\n')
-		if err != nil {
-			return n, nil // the client closed the connection
-		}
-		verb, _, _ := strings.Cut(strings.TrimSpace(line), " ")
-		if verb == "set" || verb == "add" {
-			if _, err := rw.ReadString('\n'); err != nil {
-				return n, err
-			}
-		}
-		if _, err := rw.WriteString(answer(n, verb) + "\r\n"); err != nil {
-			return n, err
-		}
-		if rw.Reader.Buffered() == 0 {
-			if err := rw.Flush(); err != nil {
-				return n, err
-			}
-		}
-	}
 }
 
 // Tests that when memcached refuses some tombstones of a pipelined write,

@@ -116,38 +116,18 @@ func (s *server) do(ctx context.Context, op func(*memcache.Client) error) error 
 }
 
 // addPipelined adds items in one pipelined exchange on one of the
-// server's refill connections, under the breaker and the refill
-// semaphore, as do runs a client call. s.refills must not be nil.
+// server's refill connections, as a refill (refill: only while the
+// breaker is closed, within the adds' share of the refill semaphore).
+// s.refills must not be nil.
 func (s *server) addPipelined(ctx context.Context, items []*memcache.Item) error {
-	err := s.withAddShare(ctx, func() error {
-		return s.guarded(ctx, s.refills.sem, s.inRefill(func() error {
-			s.refillWrites.Add(1)
-			return s.refills.add(ctx, items)
-		}))
+	err := s.refill(ctx, s.refills.sem, s.refills.adds, func() error {
+		s.refillWrites.Add(1)
+		return s.refills.add(ctx, items)
 	})
 	for _, it := range items {
 		s.refilled(it.Key, err)
 	}
 	return err
-}
-
-// withAddShare runs op, an add on the refill connections, holding one
-// slot of the adds' share of them (refills.adds), waiting no longer than
-// ctx allows: adds never hold the connection kept for tombstones and
-// deletes. Only the wait for a connection itself counts in Waits (a
-// server short of connections), not this one. While the breaker is not
-// closed the add is skipped at once (refillSkip), rather than after
-// waiting for a slot that stalled adds may hold until their socket
-// timeout.
-func (s *server) withAddShare(ctx context.Context, op func() error) error {
-	if err := s.refillSkip(); err != nil {
-		return err
-	}
-	if err := s.refills.adds.Acquire(ctx, 1); err != nil {
-		return s.count(fmt.Errorf("%w: %w", errCallerGone, err))
-	}
-	defer s.refills.adds.Release(1)
-	return op()
 }
 
 // setPipelined sets items (tombstones) in one pipelined exchange on one
@@ -215,8 +195,36 @@ func repeated(err error, n int) []error {
 }
 
 // errRefillsWait marks a refill not sent because the server's breaker
-// was not closed (refillSkip). It says nothing of the server's health.
+// was not closed (refill). It says nothing of the server's health.
 var errRefillsWait = errors.New("cache: refill skipped: the breaker is not closed")
+
+// refill runs op, a refill, under the breaker and sem as guarded runs a
+// call, but only while the breaker is closed (refillSkip). It checks
+// before it waits, and again once the breaker has let it through, since
+// the breaker may have opened and half-opened meanwhile: the refill then
+// gives up unsent (errRefillsWait, which the breaker does not count, so
+// a half-open breaker's probe slot goes back unused). When share is not
+// nil (refills.adds) it first holds one slot of it, waiting no longer
+// than ctx allows: adds never hold the refill connection kept for
+// tombstones and deletes. Only the wait for a connection itself counts
+// in Waits (a server short of connections), not the wait for the share.
+func (s *server) refill(ctx context.Context, sem, share *semaphore.Weighted, op func() error) error {
+	if err := s.refillSkip(); err != nil {
+		return err
+	}
+	if share != nil {
+		if err := share.Acquire(ctx, 1); err != nil {
+			return s.count(fmt.Errorf("%w: %w", errCallerGone, err))
+		}
+		defer share.Release(1)
+	}
+	return s.guarded(ctx, sem, func() error {
+		if s.breaker.State() != gobreaker.StateClosed {
+			return errRefillsWait
+		}
+		return op()
+	})
+}
 
 // refillSkip returns the error, counted as a skipped call, of a refill
 // the server must not be sent now, while its breaker is open or half
@@ -225,35 +233,14 @@ var errRefillsWait = errors.New("cache: refill skipped: the breaker is not close
 // black-holed server) fails with its outcome unknown, which leaves every
 // key in it owed a tombstone, read as a miss until TombstoneTTL after the
 // server is back. Reads, tombstones and a replay's deletes probe instead:
-// a failed read owes nothing. A refill checks before it waits for a
-// connection, and again once the breaker has let it through (inRefill),
-// since the breaker may have opened and half-opened while it waited.
+// a failed read owes nothing. Checking before the waits also spares a
+// refill the wait for a slot that stalled adds may hold until their
+// socket timeout, only to be refused after it.
 func (s *server) refillSkip() error {
 	if s.breaker.State() == gobreaker.StateClosed {
 		return nil
 	}
 	return s.count(errRefillsWait)
-}
-
-// inRefill runs op, a refill the breaker let through, unless the breaker
-// is no longer closed: then it returns errRefillsWait, which the breaker
-// does not count, so a half-open breaker's probe slot goes back unused.
-func (s *server) inRefill(op func() error) func() error {
-	return func() error {
-		if s.breaker.State() != gobreaker.StateClosed {
-			return errRefillsWait
-		}
-		return op()
-	}
-}
-
-// doRefill runs op, a refill, on the server's client as do runs a call,
-// only while the breaker is closed (refillSkip).
-func (s *server) doRefill(ctx context.Context, op func(*memcache.Client) error) error {
-	if err := s.refillSkip(); err != nil {
-		return err
-	}
-	return s.guarded(ctx, s.sem, s.inRefill(func() error { return refusedItem(op(s.client)) }))
 }
 
 // isOpen reports whether the server's breaker is open: calls to it are
