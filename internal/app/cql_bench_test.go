@@ -190,14 +190,15 @@ func readViaSluice(b *testing.B, ctx context.Context, c sluicev1.PostRecordsClie
 	}
 }
 
-// readStore reads uris with sluice's CQL store, conc at once.
+// readStore reads uris with sluice's CQL store's batch read, conc
+// groups at once.
 func readStore(b *testing.B, ctx context.Context, st store.Store, uris []string, conc int) {
-	err := fanout.Each(fanout.WithLimit(ctx, conc), len(uris), func(ctx context.Context, i int) error {
-		_, err := st.Get(ctx, uris[i])
-		return err
-	})
+	recs, err := st.(store.BatchReader).GetMany(fanout.WithLimit(ctx, conc), uris)
 	if err != nil {
 		b.Fatalf("store: %v", err)
+	}
+	if len(recs) != len(uris) {
+		b.Fatalf("store: %d records for %d URIs, all stored", len(recs), len(uris))
 	}
 }
 

@@ -1,8 +1,8 @@
 // Package posts is the read-through path for records: it validates
 // AT-URIs, de-duplicates a batch, answers what it can from the cache,
 // reads the rest from the store (in one batch read when the store has
-// them, otherwise one read per URI, coalesced across concurrent
-// requests), refills the cache, and returns the records aligned
+// them, otherwise one read per URI; either way coalesced across
+// concurrent requests), refills the cache, and returns the records aligned
 // with the request. Writes go to the store first and then invalidate the
 // cache, so a read after a successful write never sees the old version.
 //
@@ -72,6 +72,7 @@ type Service struct {
 	cache      Cache
 	store      store.Store
 	loads      singleflight.Group
+	flights    flights
 	limits     WriteLimits
 	opts       options
 
@@ -133,8 +134,7 @@ func (s *Service) Collection() string { return s.collection }
 func (s *Service) InvalidationFailures() int64 { return s.invalidationFailures.Load() }
 
 // Coalesced counts store reads saved because a concurrent request was
-// already reading the same URI. Batch reads are not coalesced, so it
-// stays 0 over a store that reads in batches.
+// already reading the same URI.
 func (s *Service) Coalesced() int64 { return s.coalesced.Load() }
 
 // Get returns one Result per URI, in order; duplicates are answered at
@@ -275,8 +275,9 @@ func (s *Service) read(ctx context.Context, uris []string, encoded bool) ([]Resu
 }
 
 // loadAll reads misses from the store, in a span: in one batch read when
-// the store has them (store.BatchReader), otherwise one coalesced read per
-// URI under the request's fan-out limit. A failure other than the caller
+// the store has them (store.BatchReader), otherwise one read per URI
+// under the request's fan-out limit; either way coalesced with the reads
+// of concurrent requests (load, loadShared). A failure other than the caller
 // leaving is logged. Store reads end a little before the request does
 // (storeContext): a store that hangs is then reported as unavailable while
 // the caller is still waiting for an answer, instead of the caller's
@@ -294,7 +295,7 @@ func (s *Service) loadAll(ctx context.Context, uris []string) ([]Result, error) 
 	defer cancel()
 	read := s.loadEach
 	if br, ok := s.store.(store.BatchReader); ok {
-		read = func(ctx context.Context, uris []string) ([]Result, int, error) { return loadBatch(ctx, br, uris) }
+		read = func(ctx context.Context, uris []string) ([]Result, int, error) { return s.loadShared(ctx, br, uris) }
 	}
 	out, failed, err := read(ctx, uris)
 	if err != nil {
@@ -345,10 +346,7 @@ func (s *Service) loadEach(ctx context.Context, uris []string) ([]Result, int, e
 	return out, 0, nil
 }
 
-// loadBatch reads every URI in one batch read. Batch reads are not
-// coalesced across requests: the embedded store, the backend that has
-// them, answers a duplicate read from memory for less than coalescing
-// would cost.
+// loadBatch reads every URI in one batch read.
 func loadBatch(ctx context.Context, br store.BatchReader, uris []string) ([]Result, int, error) {
 	recs, err := br.GetMany(ctx, uris)
 	if err != nil {

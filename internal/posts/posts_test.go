@@ -51,6 +51,34 @@ func (g *gatedStore) Get(ctx context.Context, uri string) (store.Record, error) 
 	return rec, err
 }
 
+// gatedBatchStore is a gatedStore that also reads in batches
+// (store.BatchReader), as the CQL and embedded stores do: each URI a
+// GetMany asks for counts as one read, and a GetMany that asks for the
+// held URI is held.
+type gatedBatchStore struct {
+	*gatedStore
+	batch store.BatchReader
+}
+
+func (g gatedBatchStore) GetMany(ctx context.Context, uris []string) (map[string]store.Record, error) {
+	g.gets.Add(int64(len(uris)))
+	recs, err := g.batch.GetMany(ctx, uris)
+	time.Sleep(g.delay)
+	if slices.Contains(uris, g.holdURI) && g.reached != nil {
+		close(g.reached)
+		g.reached = nil
+		<-g.released
+	}
+	return recs, err
+}
+
+// readShapes are the two ways the read path reads misses from a store:
+// one coalesced Get per URI, or batch reads shared between requests.
+var readShapes = []struct {
+	name  string
+	batch bool
+}{{"one by one", false}, {"in batches", true}}
+
 // hold has g hold the next Get of uri, once it has read, until
 // released is closed; the channel it returns is closed when one is held.
 func (g *gatedStore) hold(uri string) <-chan struct{} {
@@ -65,6 +93,13 @@ func newVersion(r store.Record) store.Record {
 }
 
 func newService(t *testing.T, n int) (*Service, *gatedStore, []store.Record) {
+	t.Helper()
+	return newServiceReading(t, n, false)
+}
+
+// newServiceReading is newService over a store that reads in batches
+// when batch is set.
+func newServiceReading(t *testing.T, n int, batch bool) (*Service, *gatedStore, []store.Record) {
 	t.Helper()
 	bolt, err := boltstore.Open(filepath.Join(t.TempDir(), "s.db"), boltstore.Options{})
 	if err != nil {
@@ -88,6 +123,9 @@ func newService(t *testing.T, n int) (*Service, *gatedStore, []store.Record) {
 	}
 	t.Cleanup(func() { c.Close() })
 	gs := &gatedStore{Store: bolt}
+	if batch {
+		return New(aturi.PostCollection, c, gatedBatchStore{gs, bolt}, DefaultWriteLimits()), gs, recs
+	}
 	return New(aturi.PostCollection, c, gs, DefaultWriteLimits()), gs, recs
 }
 
@@ -99,35 +137,39 @@ func testCtx(t *testing.T, limit int) context.Context {
 
 // Tests that concurrent misses of the same URI cause one store read.
 func TestConcurrentMissesShareOneStoreRead(t *testing.T) {
-	svc, gs, recs := newService(t, 1)
-	gs.delay = 100 * time.Millisecond
-	const callers = 32
-	ctx := testCtx(t, callers)
-	var wg sync.WaitGroup
-	errs := make(chan error, callers)
-	for range callers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			res, _, err := svc.Get(ctx, []string{recs[0].URI})
-			if err == nil && !res[0].Found {
-				err = errors.New("not found")
+	for _, shape := range readShapes {
+		t.Run(shape.name, func(t *testing.T) {
+			svc, gs, recs := newServiceReading(t, 1, shape.batch)
+			gs.delay = 100 * time.Millisecond
+			const callers = 32
+			ctx := testCtx(t, callers)
+			var wg sync.WaitGroup
+			errs := make(chan error, callers)
+			for range callers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					res, _, err := svc.Get(ctx, []string{recs[0].URI})
+					if err == nil && !res[0].Found {
+						err = errors.New("not found")
+					}
+					errs <- err
+				}()
 			}
-			errs <- err
-		}()
-	}
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n := gs.gets.Load(); n > 2 {
-		t.Errorf("%d concurrent misses made %d store reads, want 1 (2 at most if a caller arrived after the first read returned)", callers, n)
-	}
-	if svc.Coalesced() == 0 {
-		t.Error("no read was coalesced")
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n := gs.gets.Load(); n > 2 {
+				t.Errorf("%d concurrent misses made %d store reads, want 1 (2 at most if a caller arrived after the first read returned)", callers, n)
+			}
+			if svc.Coalesced() == 0 {
+				t.Error("no read was coalesced")
+			}
+		})
 	}
 }
 
@@ -135,37 +177,41 @@ func TestConcurrentMissesShareOneStoreRead(t *testing.T) {
 // put it back into the cache after the write: the write's tombstone
 // makes the refill's memcached add fail.
 func TestSlowReadCannotRefillAStaleVersion(t *testing.T) {
-	svc, gs, recs := newService(t, 1)
-	target := recs[0]
-	reached := gs.hold(target.URI)
-	ctx := testCtx(t, 4)
+	for _, shape := range readShapes {
+		t.Run(shape.name, func(t *testing.T) {
+			svc, gs, recs := newServiceReading(t, 1, shape.batch)
+			target := recs[0]
+			reached := gs.hold(target.URI)
+			ctx := testCtx(t, 4)
 
-	readDone := make(chan []Result)
-	go func() {
-		res, _, err := svc.Get(ctx, []string{target.URI})
-		if err != nil {
-			t.Error(err)
-		}
-		readDone <- res
-	}()
-	<-reached // the slow read holds the old version
+			readDone := make(chan []Result)
+			go func() {
+				res, _, err := svc.Get(ctx, []string{target.URI})
+				if err != nil {
+					t.Error(err)
+				}
+				readDone <- res
+			}()
+			<-reached // the slow read holds the old version
 
-	updated := newVersion(target)
-	if _, err := svc.Put(ctx, []store.Record{updated}); err != nil {
-		t.Fatal(err)
-	}
-	close(gs.released)
-	if old := <-readDone; !bytes.Equal(old[0].Record.JSON, target.JSON) {
-		t.Fatalf("the slow read should have returned the version it read")
-	}
-	for i := range 3 {
-		res, _, err := svc.Get(ctx, []string{target.URI})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(res[0].Record.JSON, updated.JSON) {
-			t.Fatalf("read %d after the write returned the stale version (from cache: %v)", i, res[0].FromCache)
-		}
+			updated := newVersion(target)
+			if _, err := svc.Put(ctx, []store.Record{updated}); err != nil {
+				t.Fatal(err)
+			}
+			close(gs.released)
+			if old := <-readDone; !bytes.Equal(old[0].Record.JSON, target.JSON) {
+				t.Fatalf("the slow read should have returned the version it read")
+			}
+			for i := range 3 {
+				res, _, err := svc.Get(ctx, []string{target.URI})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(res[0].Record.JSON, updated.JSON) {
+					t.Fatalf("read %d after the write returned the stale version (from cache: %v)", i, res[0].FromCache)
+				}
+			}
+		})
 	}
 }
 
@@ -173,39 +219,43 @@ func TestSlowReadCannotRefillAStaleVersion(t *testing.T) {
 // answers the old version by sharing a store read that began before the
 // write (reads of one URI share one store read while it is in flight).
 func TestReadAfterWriteSharesNoOlderRead(t *testing.T) {
-	svc, gs, recs := newService(t, 1)
-	target := recs[0]
-	reached := gs.hold(target.URI)
-	ctx := testCtx(t, 4)
-	firstDone := make(chan struct{})
-	go func() {
-		defer close(firstDone)
-		_, _, _ = svc.Get(ctx, []string{target.URI})
-	}()
-	<-reached // the first read holds the old version, still in flight
+	for _, shape := range readShapes {
+		t.Run(shape.name, func(t *testing.T) {
+			svc, gs, recs := newServiceReading(t, 1, shape.batch)
+			target := recs[0]
+			reached := gs.hold(target.URI)
+			ctx := testCtx(t, 4)
+			firstDone := make(chan struct{})
+			go func() {
+				defer close(firstDone)
+				_, _, _ = svc.Get(ctx, []string{target.URI})
+			}()
+			<-reached // the first read holds the old version, still in flight
 
-	updated := newVersion(target)
-	if _, err := svc.Put(ctx, []store.Record{updated}); err != nil {
-		t.Fatal(err)
+			updated := newVersion(target)
+			if _, err := svc.Put(ctx, []store.Record{updated}); err != nil {
+				t.Fatal(err)
+			}
+			after := make(chan []Result)
+			go func() {
+				res, _, err := svc.Get(ctx, []string{target.URI})
+				if err != nil {
+					t.Error(err)
+				}
+				after <- res
+			}()
+			// Time for the read after the write to join the one in flight; were
+			// it slower, it would read on its own and the test would pass
+			// without showing anything, never fail wrongly.
+			time.Sleep(500 * time.Millisecond)
+			close(gs.released)
+			<-firstDone
+			if res := <-after; !bytes.Equal(res[0].Record.JSON, updated.JSON) {
+				t.Fatalf("a read begun after the write was acknowledged returned the old version (from cache: %v)", res[0].FromCache)
+			}
+			t.Logf("reads that shared a store read: %d (2 when the read after the write joined the one in flight)", svc.Coalesced())
+		})
 	}
-	after := make(chan []Result)
-	go func() {
-		res, _, err := svc.Get(ctx, []string{target.URI})
-		if err != nil {
-			t.Error(err)
-		}
-		after <- res
-	}()
-	// Time for the read after the write to join the one in flight; were
-	// it slower, it would read on its own and the test would pass
-	// without showing anything, never fail wrongly.
-	time.Sleep(500 * time.Millisecond)
-	close(gs.released)
-	<-firstDone
-	if res := <-after; !bytes.Equal(res[0].Record.JSON, updated.JSON) {
-		t.Fatalf("a read begun after the write was acknowledged returned the old version (from cache: %v)", res[0].FromCache)
-	}
-	t.Logf("reads that shared a store read: %d (2 when the read after the write joined the one in flight)", svc.Coalesced())
 }
 
 // Tests that two read-modify-writes of one record on a replica never

@@ -28,6 +28,7 @@ const (
 	DefaultRetries           = 2
 	DefaultNumConns          = 2
 	DefaultReconnectInterval = 2 * time.Second
+	DefaultReadGroup         = 20
 	DefaultSpeculativeDelay  = 250 * time.Millisecond
 
 	// MaxInflightCeiling is the largest MaxInflight Validate accepts: one
@@ -36,6 +37,10 @@ const (
 	MaxInflightCeiling = 65536
 	// MaxRetriesCeiling bounds the retry policy.
 	MaxRetriesCeiling = 10
+	// MaxReadGroup bounds ReadGroup: Scylla refuses a query restricting
+	// more partition keys than max_partition_key_restrictions_per_query
+	// (100 by default).
+	MaxReadGroup = 100
 )
 
 // Config selects and tunes the CQL store. It is a plain value: the zero
@@ -84,6 +89,10 @@ type Config struct {
 	// slot, so the cluster sees at most twice MaxInflight attempts. 0 turns
 	// speculation off.
 	SpeculativeDelay time.Duration
+	// ReadGroup is how many partitions one SELECT of a batch read asks
+	// for (GetMany: WHERE uri IN ?). 1 reads each URI with its own
+	// SELECT. At most MaxReadGroup.
+	ReadGroup int
 	// AddressMap maps the address a node advertises (its rpc_address and
 	// the native port, "ip:port") to the address this process must dial
 	// instead ("ip:port"): for a proxy or NAT between sluice and the
@@ -123,6 +132,7 @@ func DefaultConfig() Config {
 		NumConns:          DefaultNumConns,
 		ReconnectInterval: DefaultReconnectInterval,
 		SpeculativeDelay:  DefaultSpeculativeDelay,
+		ReadGroup:         DefaultReadGroup,
 		JournalRetention:  store.DefaultJournalRetention,
 	}
 }
@@ -145,6 +155,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Timeout, "cql-timeout", c.Timeout, "per-attempt query timeout (a little above the server's own)")
 	fs.IntVar(&c.Retries, "cql-retries", c.Retries, "retries of an idempotent statement after a transport or server error")
 	fs.DurationVar(&c.SpeculativeDelay, "cql-speculative-delay", c.SpeculativeDelay, "send a second attempt to another node (the same one when no other is live) when the first has not answered within this delay (0: off)")
+	fs.IntVar(&c.ReadGroup, "cql-read-group", c.ReadGroup, fmt.Sprintf("partitions per SELECT of a batch read (WHERE uri IN ?), routed to a replica of the group's first URI; 1 reads each URI with its own token-routed SELECT (1-%d)", MaxReadGroup))
 	fs.Func("cql-address-map", "for a proxy or NAT: comma-separated advertised=reachable pairs of ip:port; the driver dials the reachable address of each node it discovers", func(s string) error {
 		m, err := parseAddressMap(s)
 		c.AddressMap = m
@@ -185,6 +196,9 @@ func (c Config) Validate() error {
 		if d.v <= 0 {
 			errs = append(errs, fmt.Errorf("cql: %s %v must be positive", d.name, d.v))
 		}
+	}
+	if c.ReadGroup < 1 || c.ReadGroup > MaxReadGroup {
+		errs = append(errs, fmt.Errorf("cql: read group %d is outside [1, %d]", c.ReadGroup, MaxReadGroup))
 	}
 	if c.SpeculativeDelay < 0 || c.SpeculativeDelay >= c.Timeout {
 		errs = append(errs, fmt.Errorf("cql: speculative delay %v is outside [0, the query timeout %v)", c.SpeculativeDelay, c.Timeout))
