@@ -34,6 +34,9 @@ type gatedStore struct {
 	store.Store
 	gets     atomic.Int64
 	delay    time.Duration
+	mu       sync.Mutex  // guards reached and failURI
+	failURI  string      // batch reads asking for it fail (gatedBatchStore)
+	panics   atomic.Bool // the next batch read panics (gatedBatchStore)
 	holdURI  string
 	reached  chan struct{}
 	released chan struct{}
@@ -43,18 +46,32 @@ func (g *gatedStore) Get(ctx context.Context, uri string) (store.Record, error) 
 	g.gets.Add(1)
 	rec, err := g.Store.Get(ctx, uri)
 	time.Sleep(g.delay)
-	if uri == g.holdURI && g.reached != nil {
-		close(g.reached)
-		g.reached = nil
+	g.holdIf(uri == g.holdURI)
+	return rec, err
+}
+
+// holdIf holds the caller until released if held is set and no call is
+// held yet.
+func (g *gatedStore) holdIf(held bool) {
+	if !held {
+		return
+	}
+	g.mu.Lock()
+	reached := g.reached
+	g.reached = nil
+	g.mu.Unlock()
+	if reached != nil {
+		close(reached)
 		<-g.released
 	}
-	return rec, err
 }
 
 // gatedBatchStore is a gatedStore that also reads in batches
 // (store.BatchReader), as the CQL and embedded stores do: each URI a
 // GetMany asks for counts as one read, and a GetMany that asks for the
-// held URI is held.
+// held URI is held. A GetMany that asks for failURI fails, as a CQL
+// group that failed fails its batch read; one whose context ended while
+// it was held returns the context's error.
 type gatedBatchStore struct {
 	*gatedStore
 	batch store.BatchReader
@@ -62,12 +79,22 @@ type gatedBatchStore struct {
 
 func (g gatedBatchStore) GetMany(ctx context.Context, uris []string) (map[string]store.Record, error) {
 	g.gets.Add(int64(len(uris)))
+	if g.panics.CompareAndSwap(true, false) {
+		panic("gatedBatchStore: a batch read panics, as asked")
+	}
 	recs, err := g.batch.GetMany(ctx, uris)
 	time.Sleep(g.delay)
-	if slices.Contains(uris, g.holdURI) && g.reached != nil {
-		close(g.reached)
-		g.reached = nil
-		<-g.released
+	g.holdIf(slices.Contains(uris, g.holdURI))
+	g.mu.Lock()
+	failURI := g.failURI
+	g.mu.Unlock()
+	switch {
+	case err != nil:
+		return nil, err
+	case ctx.Err() != nil:
+		return nil, ctx.Err()
+	case failURI != "" && slices.Contains(uris, failURI):
+		return nil, fmt.Errorf("%w: the group holding %s failed", store.ErrUnavailable, failURI)
 	}
 	return recs, err
 }
@@ -255,6 +282,88 @@ func TestReadAfterWriteSharesNoOlderRead(t *testing.T) {
 			}
 			t.Logf("reads that shared a store read: %d (2 when the read after the write joined the one in flight)", svc.Coalesced())
 		})
+	}
+}
+
+// Tests that a request which joined another's batch read is not failed
+// by it: when the shared read fails (a part of the leader's batch that
+// did not hold the waiter's URI failed, or the leader gave up), the
+// waiter reads its URI on its own and answers it.
+func TestWaiterOutlivesAFailedSharedRead(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		fail func(gs *gatedStore, failing string, cancelLeader context.CancelFunc)
+	}{
+		{"a group without the waiter's URI failed", func(gs *gatedStore, failing string, _ context.CancelFunc) { gs.failURI = failing }},
+		{"the leader gave up", func(_ *gatedStore, _ string, cancelLeader context.CancelFunc) { cancelLeader() }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			svc, gs, recs := newServiceReading(t, 2, true)
+			shared, failing := recs[0], recs[1]
+			reached := gs.hold(shared.URI)
+			ctx := testCtx(t, 4)
+			leaderCtx, cancelLeader := context.WithCancel(ctx)
+			defer cancelLeader()
+			leaderDone := make(chan error, 1)
+			go func() {
+				_, _, err := svc.Get(leaderCtx, []string{shared.URI, failing.URI})
+				leaderDone <- err
+			}()
+			<-reached // the leader's batch read, holding both URIs, is under way
+			waiter := make(chan error, 1)
+			var got []Result
+			go func() {
+				var err error
+				got, _, err = svc.Get(ctx, []string{shared.URI})
+				waiter <- err
+			}()
+			// Time for the waiter to join the read in flight; were it
+			// slower, it would read on its own and the test would pass
+			// without showing anything, never fail wrongly.
+			time.Sleep(500 * time.Millisecond)
+			gs.mu.Lock()
+			c.fail(gs, failing.URI, cancelLeader)
+			gs.mu.Unlock()
+			close(gs.released)
+			if err := <-leaderDone; err == nil {
+				t.Fatal("the leader's read succeeded; the test did not fail it")
+			}
+			gs.mu.Lock()
+			gs.failURI = ""
+			gs.mu.Unlock()
+			if err := <-waiter; err != nil {
+				t.Fatalf("the waiter failed with the shared read: %v", err)
+			}
+			if !got[0].Found || !bytes.Equal(got[0].Record.JSON, shared.JSON) {
+				t.Fatalf("the waiter answered %+v, want the stored record", got[0])
+			}
+			if svc.Coalesced() == 0 {
+				t.Error("the waiter did not join the leader's read; nothing was shown")
+			}
+		})
+	}
+}
+
+// Tests that a batch read that panics leaves no shared read behind: a
+// later read of the same URI is answered, not kept waiting for a read
+// that will never land.
+func TestPanickedBatchReadIsNotWaitedFor(t *testing.T) {
+	svc, gs, recs := newServiceReading(t, 1, true)
+	ctx := testCtx(t, 4)
+	gs.panics.Store(true)
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the batch read did not panic")
+			}
+		}()
+		_, _, _ = svc.Get(ctx, []string{recs[0].URI})
+	}()
+	later, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	res, _, err := svc.Get(later, []string{recs[0].URI})
+	if err != nil || !res[0].Found {
+		t.Fatalf("a read after the panic: %+v, %v; want the record", res, err)
 	}
 }
 

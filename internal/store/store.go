@@ -97,7 +97,7 @@ type Store interface {
 
 // BatchReader is implemented by a backend that reads many records at once
 // more cheaply than one at a time: the embedded store reads them all in one
-// read transaction, so they are also one consistent view.
+// read transaction, the CQL store in groups of partitions, one query each.
 type BatchReader interface {
 	// GetMany returns the records stored under uris, keyed by URI; a URI
 	// with no record is absent from the map, and a URI given twice is read

@@ -13,16 +13,17 @@
 // caller's fan-out limit allows (the posts read path runs them under the
 // guard's). A node answers one such query for far less CPU than the
 // same partitions asked one query each: on one Cassandra 5.0 node, groups
-// of 10-25 halved the node's CPU per record and read 2.6 times as many
-// records a second as single-partition SELECTs at the same concurrency.
+// of 20 read about 2.5 times as many records a second as single-partition
+// SELECTs at the same concurrency (docs/benchmarks.md).
 // A group is routed to a replica of its first URI; on a cluster whose
 // nodes each hold only part of the data, that coordinator forwards the
 // other partitions' reads to their replicas, one hop inside the cluster,
 // and a group fails or succeeds as one query (with the same retries and
 // speculative attempt). ReadGroup 1 restores one token-routed SELECT per
-// URI. On top of that, every query in the process takes one of
-// Config.MaxInflight slots first, waiting no longer than its context, so
-// many requests at once cannot multiply the load on the cluster.
+// URI. On top of that, every query in the process (a group is one) takes
+// one of Config.MaxInflight slots first, waiting no longer than its
+// context, so many requests at once cannot multiply the load on the
+// cluster: at most MaxInflight queries of at most ReadGroup partitions.
 //
 // Reads and writes use separate long-lived sessions at their own
 // consistency (LOCAL_ONE and LOCAL_QUORUM by default), both routed by
@@ -61,8 +62,10 @@ const (
 	MaxRecordBytes = 64 << 10
 )
 
-// The statements, constant so the driver prepares each once per host; the
-// partition key is always bound, so the token-aware policy can route.
+// The statements, constant so the driver prepares each once per host. In
+// each the partition key is bound, so the token-aware policy can route,
+// but in selectRecords, whose group the store routes by its first URI
+// (Query.RoutingKey).
 const (
 	selectRecord  = `SELECT cid, json, created_at_us, indexed_at_us, takedown_ref, tags, gate_flags FROM records WHERE uri = ?`
 	selectRecords = `SELECT uri, cid, json, created_at_us, indexed_at_us, takedown_ref, tags, gate_flags FROM records WHERE uri IN ?`

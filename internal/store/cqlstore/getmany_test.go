@@ -50,7 +50,9 @@ func TestGetManyReadsInGroups(t *testing.T) {
 				t.Fatal(err)
 			}
 			obs.Reset()
-			got, err := s.GetMany(fanout.WithLimit(ctx, 4), append(uris, uris[:10]...))
+			// 30 URIs twice: 120 asked, 90 distinct, so a group size of
+			// 20 tells 6 SELECTs (duplicates read twice) from 5.
+			got, err := s.GetMany(fanout.WithLimit(ctx, 4), append(uris, uris[:30]...))
 			if err != nil {
 				t.Fatal(err)
 			}
