@@ -155,7 +155,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Timeout, "cql-timeout", c.Timeout, "per-attempt query timeout (a little above the server's own)")
 	fs.IntVar(&c.Retries, "cql-retries", c.Retries, "retries of an idempotent statement after a transport or server error")
 	fs.DurationVar(&c.SpeculativeDelay, "cql-speculative-delay", c.SpeculativeDelay, "send a second attempt to another node (the same one when no other is live) when the first has not answered within this delay (0: off)")
-	fs.IntVar(&c.ReadGroup, "cql-read-group", c.ReadGroup, fmt.Sprintf("partitions per SELECT of a batch read (WHERE uri IN ?), routed to a replica of the group's first URI; 1 reads each URI with its own token-routed SELECT (1-%d)", MaxReadGroup))
+	fs.IntVar(&c.ReadGroup, "cql-read-group", c.ReadGroup, fmt.Sprintf("partitions per SELECT of a batch read (WHERE uri IN ?); a group's partitions share a primary replica, which it is sent to; 1 reads each URI with its own token-routed SELECT (1-%d)", MaxReadGroup))
 	fs.Func("cql-address-map", "for a proxy or NAT: comma-separated advertised=reachable pairs of ip:port; the driver dials the reachable address of each node it discovers", func(s string) error {
 		m, err := parseAddressMap(s)
 		c.AddressMap = m
@@ -259,7 +259,7 @@ func (c Config) cluster(cl gocql.Consistency, s sessionOf) *gocql.ClusterConfig 
 	cc := gocql.NewCluster(c.Hosts...)
 	cc.Keyspace = c.Keyspace
 	cc.Consistency = cl
-	cc.PoolConfig.HostSelectionPolicy = watchedPolicy{HostSelectionPolicy: c.hostPolicy(), view: s.view, session: s.role, rounds: c.replayRounds()}
+	cc.PoolConfig.HostSelectionPolicy = watchedPolicy{HostSelectionPolicy: c.hostPolicy(), order: s.order, view: s.view, session: s.role, rounds: c.replayRounds()}
 	cc.Timeout = c.Timeout
 	cc.ConnectTimeout = c.ConnectTimeout
 	cc.NumConns = c.NumConns

@@ -15,12 +15,11 @@
 // same partitions asked one query each: on one Cassandra 5.0 node, groups
 // of 20 read about 2.5 times as many records a second as single-partition
 // SELECTs at the same concurrency (docs/benchmarks.md).
-// A group is routed to a replica of its first URI; on a cluster whose
-// nodes each hold only part of the data, that coordinator forwards the
-// other partitions' reads to their replicas, one hop inside the cluster,
-// and a group fails or succeeds as one query (with the same retries and
-// speculative attempt). ReadGroup 1 restores one token-routed SELECT per
-// URI. On top of that, every query in the process (a group is one) takes
+// A group holds only URIs whose primary replica in the local datacenter
+// is the same node, and is sent to that node first, so every partition
+// of it is read where it is stored (groups.go); a group fails or
+// succeeds as one query (with the same retries and speculative attempt).
+// ReadGroup 1 restores one token-routed SELECT per URI. On top of that, every query in the process (a group is one) takes
 // one of Config.MaxInflight slots first, waiting no longer than its
 // context, so many requests at once cannot multiply the load on the
 // cluster: at most MaxInflight queries of at most ReadGroup partitions.
@@ -137,6 +136,7 @@ func open(ctx context.Context, cfg Config) (*Store, error) {
 type sessionPair struct {
 	read, write *gocql.Session
 	hosts       *hostStates
+	order       gocql.HostSelectionPolicy // the read session's primary-first policy (groups.go)
 }
 
 // sessionOf is what one session reports to: the store's query counts
@@ -146,21 +146,22 @@ type sessionOf struct {
 	counts *hostTracker
 	view   *hostStates
 	role   Session
+	order  gocql.HostSelectionPolicy // picks a batch read's group's nodes; nil for none
 }
 
 // openSessions connects a read session at rc and a write session at wc.
 func openSessions(cfg Config, rc, wc gocql.Consistency, counts *hostTracker) (*sessionPair, error) {
-	view := &hostStates{}
-	read, err := openSession(cfg, rc, sessionOf{counts, view, ReadSession})
+	view, order := &hostStates{}, newPrimaryFirst(cfg.DC)
+	read, err := openSession(cfg, rc, sessionOf{counts, view, ReadSession, order})
 	if err != nil {
 		return nil, err
 	}
-	write, err := openSession(cfg, wc, sessionOf{counts, view, WriteSession})
+	write, err := openSession(cfg, wc, sessionOf{counts, view, WriteSession, nil})
 	if err != nil {
 		read.Close()
 		return nil, err
 	}
-	return &sessionPair{read: read, write: write, hosts: view}, nil
+	return &sessionPair{read: read, write: write, hosts: view, order: order}, nil
 }
 
 func (p *sessionPair) close() {
@@ -214,27 +215,28 @@ func (s *Store) get(ctx context.Context, uri string) (store.Record, error) {
 }
 
 // GetMany implements store.BatchReader: it reads uris (each once) in
-// groups of Config.ReadGroup, one SELECT ... WHERE uri IN ? per group
-// routed to a replica of the group's first URI, as many groups at once
-// as ctx's fan-out limit allows, each in one query slot. With ReadGroup
-// 1 each URI is a Get. A group that fails fails the whole read.
+// groups of at most Config.ReadGroup that share a primary replica, one
+// SELECT ... WHERE uri IN ? per group sent to that replica first, as
+// many groups at once as ctx's fan-out limit allows, each in one query
+// slot. A group of one URI is a Get. A group that fails fails the whole
+// read.
 func (s *Store) GetMany(ctx context.Context, uris []string) (map[string]store.Record, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("cqlstore: get %d records: %w", len(uris), err)
 	}
 	uris = uniq(uris)
-	size := s.cfg.ReadGroup
-	groups := make([][]store.Record, (len(uris)+size-1)/size)
+	pair := s.sessions.Load()
+	groups := groupsOf(uris, s.cfg.ReadGroup, func(uri string) string { return primaryOf(pair.read, pair.order, uri) })
+	found := make([][]store.Record, len(groups))
 	err := fanout.Each(ctx, len(groups), func(ctx context.Context, g int) (err error) {
-		lo := g * size
-		groups[g], err = s.getGroup(ctx, uris[lo:min(len(uris), lo+size)])
+		found[g], err = s.getGroup(ctx, groups[g])
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("cqlstore: get %d records: %w", len(uris), err)
 	}
 	out := make(map[string]store.Record, len(uris))
-	for _, recs := range groups {
+	for _, recs := range found {
 		for _, r := range recs {
 			out[r.URI] = r
 		}

@@ -182,9 +182,32 @@ func (v *hostStates) all() map[string][sessions]bool {
 // nothing.
 type watchedPolicy struct {
 	gocql.HostSelectionPolicy
+	// order, when set, picks the nodes of a batch read's group (groups.go)
+	// and gets every event the session's policy gets.
+	order   gocql.HostSelectionPolicy
 	view    *hostStates
 	session Session
 	rounds  int // passes over the nodes an idempotent statement may make (speculation.go)
+}
+
+// each calls f with the session's policy and, when there is one, order.
+func (p watchedPolicy) each(f func(gocql.HostSelectionPolicy)) {
+	f(p.HostSelectionPolicy)
+	if p.order != nil {
+		f(p.order)
+	}
+}
+
+func (p watchedPolicy) Init(s *gocql.Session) {
+	p.each(func(h gocql.HostSelectionPolicy) { h.Init(s) })
+}
+
+func (p watchedPolicy) SetPartitioner(partitioner string) {
+	p.each(func(h gocql.HostSelectionPolicy) { h.SetPartitioner(partitioner) })
+}
+
+func (p watchedPolicy) KeyspaceChanged(e gocql.KeyspaceUpdateEvent) {
+	p.each(func(h gocql.HostSelectionPolicy) { h.KeyspaceChanged(e) })
 }
 
 func (p watchedPolicy) setUp(h *gocql.HostInfo, up bool) {
@@ -195,20 +218,20 @@ func (p watchedPolicy) setUp(h *gocql.HostInfo, up bool) {
 
 func (p watchedPolicy) AddHost(h *gocql.HostInfo) {
 	p.setUp(h, true)
-	p.HostSelectionPolicy.AddHost(h)
+	p.each(func(s gocql.HostSelectionPolicy) { s.AddHost(h) })
 }
 
 func (p watchedPolicy) RemoveHost(h *gocql.HostInfo) {
 	p.setUp(h, false)
-	p.HostSelectionPolicy.RemoveHost(h)
+	p.each(func(s gocql.HostSelectionPolicy) { s.RemoveHost(h) })
 }
 
 func (p watchedPolicy) HostUp(h *gocql.HostInfo) {
 	p.setUp(h, true)
-	p.HostSelectionPolicy.HostUp(h)
+	p.each(func(s gocql.HostSelectionPolicy) { s.HostUp(h) })
 }
 
 func (p watchedPolicy) HostDown(h *gocql.HostInfo) {
 	p.setUp(h, false)
-	p.HostSelectionPolicy.HostDown(h)
+	p.each(func(s gocql.HostSelectionPolicy) { s.HostDown(h) })
 }

@@ -17,7 +17,7 @@ import "github.com/gocql/gocql"
 // an iteration over nodes that are all down, or have no connection,
 // still ends; the attempts actually sent stay bounded by the retry policy.
 func (p watchedPolicy) Pick(q gocql.ExecutableQuery) gocql.NextHost {
-	next := p.HostSelectionPolicy.Pick(q)
+	next := p.pickFor(q)
 	if q == nil || !q.IsIdempotent() || p.rounds < 2 {
 		return next
 	}
@@ -45,4 +45,13 @@ func replay(next gocql.NextHost, rounds int) gocql.NextHost {
 		given++
 		return offered[(given-1)%len(offered)]
 	}
+}
+
+// pickFor is the session's policy's Pick, or order's for a batch read's
+// group (groups.go).
+func (p watchedPolicy) pickFor(q gocql.ExecutableQuery) gocql.NextHost {
+	if p.order != nil && isGroupRead(q) {
+		return p.order.Pick(q)
+	}
+	return p.HostSelectionPolicy.Pick(q)
 }
