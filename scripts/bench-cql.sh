@@ -15,6 +15,11 @@ OUT=docs/benchmarks.md
 # up (eval of a failed command substitution would carry on with nothing).
 deps_env=$(scripts/test-deps.sh up)
 eval "$deps_env"
+# The benchmark also splits each reader's CPU time between its own
+# process, the Cassandra node and memcached, given their pids.
+SLUICE_BENCH_CASSANDRA_PID=$(cat .deps/cassandra/cassandra.pid)
+SLUICE_BENCH_MEMCACHED_PID=$(cat ".deps/memcached-${SLUICE_TEST_MEMCACHED##*:}.pid")
+export SLUICE_BENCH_CASSANDRA_PID SLUICE_BENCH_MEMCACHED_PID
 CMD="go test -run '^\$' -bench BenchmarkColdPathCQL -benchtime $BENCHTIME -count $COUNT ./internal/app/"
 # A Cassandra just started answers slowly until its JIT has compiled the
 # read path, which flatters every ratio to gocql: one run first, not kept.
@@ -78,6 +83,34 @@ section=$(mktemp)
     gs += g; sts += st; ps += p; ss += s; rsts += rst; rps += rp; rs += r
   }
   END { if (n) printf "| mean | %.0f | %.0f | %.0f | %.0f | %.3f | %.3f | **%.3f** |\n", gs/n, sts/n, ps/n, ss/n, rsts/n, rps/n, rs/n }' "$raw"
+  echo
+  echo "Where the CPU went, µs per record (user + system, means of the runs): the"
+  echo "benchmark's own process (its client, sluice and the driver), the"
+  echo "Cassandra node and memcached. The machine was busy for all three, so"
+  echo "throughput follows their sum."
+  echo
+  echo "| reader | this process | Cassandra | memcached | sum |"
+  echo "|---|---:|---:|---:|---:|"
+  awk '/^BenchmarkColdPathCQL/ {
+    for (i = 2; i <= NF; i++) {
+      if ($i ~ /-µs\/item$/) {
+        split($i, p, "-"); r = p[1]; part = p[2]
+        sum[r, part] += $(i-1); n[r, part]++
+      }
+    }
+  }
+  END {
+    split("gocql store posts sluice", readers, " ")
+    for (k = 1; k <= 4; k++) {
+      r = readers[k]; t = 0; row = ""
+      split("proc cassandra memcached", parts, " ")
+      for (j = 1; j <= 3; j++) {
+        v = n[r, parts[j]] ? sum[r, parts[j]] / n[r, parts[j]] : 0; t += v
+        row = row sprintf(" %.1f |", v)
+      }
+      printf "| %s |%s %.1f |\n", r, row, t
+    }
+  }' "$raw"
   echo
   echo "Target: sluice/gocql ≥ 0.8. The steps between the columns are what each"
   echo "layer costs or gains: the store's from gocql to \`store\` (its grouped"

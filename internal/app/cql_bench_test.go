@@ -4,8 +4,10 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"testing"
 	"time"
 
@@ -17,6 +19,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
+	"github.com/sluice-dev/sluice/bench/cputime"
 	"github.com/sluice-dev/sluice/internal/guard/fanout"
 	"github.com/sluice-dev/sluice/internal/guard/membudget"
 	"github.com/sluice-dev/sluice/internal/posts"
@@ -58,6 +61,8 @@ func BenchmarkColdPathCQL(b *testing.B) {
 		{name: "sluice", cached: true, read: func(uris []string) { readViaSluice(b, ctx, srv, uris) }},
 	}
 	took := make([]time.Duration, len(readers))
+	meter, parts := cpuMeter()
+	cpu := make([][]time.Duration, len(readers)) // per reader, per part
 	b.ResetTimer()
 	for i := range b.N {
 		uris := seeded[(i*benchBatch)%len(seeded):][:benchBatch]
@@ -75,17 +80,55 @@ func BenchmarkColdPathCQL(b *testing.B) {
 			}
 			b.StartTimer()
 			start := time.Now()
+			before, err := meter.Sample()
+			if err != nil {
+				b.Fatal(err)
+			}
 			readers[k].read(uris)
+			after, err := meter.Sample()
+			if err != nil {
+				b.Fatal(err)
+			}
 			took[k] += time.Since(start)
+			cpu[k] = addTimes(cpu[k], cputime.Since(before, after))
 		}
 	}
 	items := float64(b.N * benchBatch)
 	for k, r := range readers {
 		b.ReportMetric(items/took[k].Seconds(), r.name+"-items/s")
+		for p, part := range parts {
+			b.ReportMetric(float64(cpu[k][p].Microseconds())/items, r.name+"-"+part+"-µs/item")
+		}
 		if k > 0 {
 			b.ReportMetric(took[0].Seconds()/took[k].Seconds(), r.name+"/gocql")
 		}
 	}
+}
+
+// cpuMeter measures the CPU time of this process (the benchmark's
+// client, sluice and the driver: "proc") and, when their pids are given
+// in SLUICE_BENCH_CASSANDRA_PID and SLUICE_BENCH_MEMCACHED_PID (as
+// scripts/bench-cql.sh gives them), of the Cassandra node and memcached;
+// parts names what it measures, in order.
+func cpuMeter() (*cputime.Meter, []string) {
+	pids, parts := []int{0}, []string{"proc"}
+	for _, p := range []struct{ env, part string }{{"SLUICE_BENCH_CASSANDRA_PID", "cassandra"}, {"SLUICE_BENCH_MEMCACHED_PID", "memcached"}} {
+		if pid, err := strconv.Atoi(os.Getenv(p.env)); err == nil && pid > 0 {
+			pids, parts = append(pids, pid), append(parts, p.part)
+		}
+	}
+	return cputime.NewMeter(pids...), parts
+}
+
+// addTimes adds add to sum, element by element; a nil sum is zeros.
+func addTimes(sum, add []time.Duration) []time.Duration {
+	if sum == nil {
+		sum = make([]time.Duration, len(add))
+	}
+	for i := range add {
+		sum[i] += add[i]
+	}
+	return sum
 }
 
 // coldReader is one way BenchmarkColdPathCQL reads a batch; cached ones
