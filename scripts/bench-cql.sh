@@ -86,16 +86,21 @@ section=$(mktemp)
   echo
   echo "Where the CPU went, µs per record (user + system, means of the runs): the"
   echo "benchmark's own process (its client, sluice and the driver), the"
-  echo "Cassandra node and memcached. The machine was busy for all three, so"
-  echo "throughput follows their sum."
+  echo "Cassandra node and memcached, and how busy the machine's cores were"
+  echo "during the reader's turns. Where they were near saturation, throughput"
+  echo "follows the sum; a reader that leaves them idler is bound by its own"
+  echo "waits (sluice serves a batch in pieces, two at a time)."
   echo
-  echo "| reader | this process | Cassandra | memcached | sum |"
-  echo "|---|---:|---:|---:|---:|"
+  echo "| reader | this process | Cassandra | memcached | sum | machine busy |"
+  echo "|---|---:|---:|---:|---:|---:|"
   awk '/^BenchmarkColdPathCQL/ {
     for (i = 2; i <= NF; i++) {
       if ($i ~ /-µs\/item$/) {
         split($i, p, "-"); r = p[1]; part = p[2]
         sum[r, part] += $(i-1); n[r, part]++
+      }
+      if ($i ~ /-machine-busy$/) {
+        split($i, p, "-"); busy[p[1]] += $(i-1); nb[p[1]]++
       }
     }
   }
@@ -108,7 +113,7 @@ section=$(mktemp)
         v = n[r, parts[j]] ? sum[r, parts[j]] / n[r, parts[j]] : 0; t += v
         row = row sprintf(" %.1f |", v)
       }
-      printf "| %s |%s %.1f |\n", r, row, t
+      printf "| %s |%s %.1f | %.0f%% |\n", r, row, t, nb[r] ? 100 * busy[r] / nb[r] : 0
     }
   }' "$raw"
   echo

@@ -62,7 +62,8 @@ func BenchmarkColdPathCQL(b *testing.B) {
 	}
 	took := make([]time.Duration, len(readers))
 	meter, parts := cpuMeter()
-	cpu := make([][]time.Duration, len(readers)) // per reader, per part
+	cpu := make([][]time.Duration, len(readers))   // per reader, per part
+	busy := make([][2]time.Duration, len(readers)) // per reader: the machine's busy and total CPU time
 	b.ResetTimer()
 	for i := range b.N {
 		uris := seeded[(i*benchBatch)%len(seeded):][:benchBatch]
@@ -84,18 +85,29 @@ func BenchmarkColdPathCQL(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
+			busy0, total0, err := cputime.Machine()
+			if err != nil {
+				b.Fatal(err)
+			}
 			readers[k].read(uris)
+			busy1, total1, err := cputime.Machine()
+			if err != nil {
+				b.Fatal(err)
+			}
 			after, err := meter.Sample()
 			if err != nil {
 				b.Fatal(err)
 			}
 			took[k] += time.Since(start)
 			cpu[k] = addTimes(cpu[k], cputime.Since(before, after))
+			busy[k][0] += busy1 - busy0
+			busy[k][1] += total1 - total0
 		}
 	}
 	items := float64(b.N * benchBatch)
 	for k, r := range readers {
 		b.ReportMetric(items/took[k].Seconds(), r.name+"-items/s")
+		b.ReportMetric(busy[k][0].Seconds()/busy[k][1].Seconds(), r.name+"-machine-busy")
 		for p, part := range parts {
 			b.ReportMetric(float64(cpu[k][p].Microseconds())/items, r.name+"-"+part+"-µs/item")
 		}
