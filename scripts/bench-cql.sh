@@ -84,7 +84,8 @@ section=$(mktemp)
   }
   END { if (n) printf "| mean | %.0f | %.0f | %.0f | %.0f | %.3f | %.3f | **%.3f** |\n", gs/n, sts/n, ps/n, ss/n, rsts/n, rps/n, rs/n }' "$raw"
   echo
-  echo "Where the CPU went, µs per record (user + system, means of the runs): the"
+  echo "Where the CPU went, µs per record (user + system, means of the runs; each"
+  echo "reader's garbage collected in its window): the"
   echo "benchmark's own process (its client, sluice and the driver), the"
   echo "Cassandra node and memcached, and how busy the machine's cores were"
   echo "during the reader's turns. Where they were near saturation, throughput"

@@ -17,16 +17,19 @@
 // SELECTs at the same concurrency (docs/benchmarks.md).
 // A group holds only URIs whose primary replica in the local datacenter
 // is the same node, and is sent to that node first, so every partition
-// of it is read where it is stored (groups.go); a group fails or
-// succeeds as one query (with the same retries and speculative attempt).
-// ReadGroup 1 restores one token-routed SELECT per URI. On top of that, every query in the process (a group is one) takes
-// one of Config.MaxInflight slots first, waiting no longer than its
-// context, so many requests at once cannot multiply the load on the
-// cluster: at most MaxInflight queries of at most ReadGroup partitions.
+// of it is on its coordinator (groups.go); a group fails or succeeds as
+// one query (with the same retries and speculative attempt).
+// ReadGroup 1 restores one token-routed SELECT per URI. On top of that,
+// every query in the process (a group is one) takes one of
+// Config.MaxInflight slots first, waiting no longer than its context, so
+// many requests at once cannot multiply the load on the cluster: at most
+// MaxInflight queries of at most ReadGroup partitions.
 //
 // Reads and writes use separate long-lived sessions at their own
 // consistency (LOCAL_ONE and LOCAL_QUORUM by default), both routed by
-// TokenAwareHostPolicy(DCAwareRoundRobinPolicy(dc)). Statements are
+// TokenAwareHostPolicy(DCAwareRoundRobinPolicy(dc)) with the replicas
+// shuffled, except group reads, which try the primary replica first
+// (groups.go). Statements are
 // constants, prepared by the driver once per host. Every statement is
 // idempotent — writes carry one client timestamp chosen before the first
 // attempt — so each gets a bounded exponential-backoff retry policy.
@@ -226,7 +229,9 @@ func (s *Store) GetMany(ctx context.Context, uris []string) (map[string]store.Re
 	}
 	uris = uniq(uris)
 	pair := s.sessions.Load()
-	groups := groupsOf(uris, s.cfg.ReadGroup, func(uri string) string { return primaryOf(pair.read, pair.order, uri) })
+	primary, release := primaries(pair.read, pair.order)
+	groups := groupsOf(uris, s.cfg.ReadGroup, primary)
+	release()
 	found := make([][]store.Record, len(groups))
 	err := fanout.Each(ctx, len(groups), func(ctx context.Context, g int) (err error) {
 		found[g], err = s.getGroup(ctx, groups[g])

@@ -35,21 +35,34 @@ func isGroupRead(q gocql.ExecutableQuery) bool {
 	return ok && gq.Statement() == selectRecords
 }
 
-// primaryOf returns the ID of the node primary first would send a read
-// of uri to first, or "" when it knows none (no ring yet).
-func primaryOf(session *gocql.Session, order gocql.HostSelectionPolicy, uri string) string {
-	q := session.Query(selectRecord).RoutingKey([]byte(uri))
-	defer q.Release()
-	if h := order.Pick(q)(); h != nil && h.Info() != nil {
-		return h.Info().HostID()
-	}
-	return ""
+// primaries returns a function that gives the ID of the node order
+// would send a read of a URI to first: its primary replica in the local
+// datacenter while that node is up, else its first live replica there.
+// Without the ring or the keyspace's replicas (right after the session
+// opened) order falls back to round robin, and the URIs land in groups
+// by whichever node it offers: smaller groups, each read where the
+// coordinator finds its partitions. "" means no node is up. The
+// function reuses one query for every URI, so it must not be called
+// after release, nor concurrently.
+func primaries(session *gocql.Session, order gocql.HostSelectionPolicy) (primary func(uri string) string, release func()) {
+	q := session.Query(selectRecord)
+	return func(uri string) string {
+		q.RoutingKey([]byte(uri))
+		if h := order.Pick(q)(); h != nil && h.Info() != nil {
+			return h.Info().HostID()
+		}
+		return ""
+	}, q.Release
 }
 
 // groupsOf cuts uris into groups of at most size that share a primary
 // (primary maps a URI to it), keeping the order of uris within a group
-// and the order of first appearance between primaries.
+// and the order of first appearance between primaries. With size 1 it
+// asks no primary.
 func groupsOf(uris []string, size int, primary func(string) string) [][]string {
+	if size == 1 || len(uris) == 1 {
+		primary = func(string) string { return "" }
+	}
 	var byPrimary [][]string
 	at := map[string]int{} // primary → its index in byPrimary
 	for _, uri := range uris {

@@ -69,3 +69,41 @@ func TestGroupReadsGoToTheirPrimary(t *testing.T) {
 		}
 	}
 }
+
+// recordingPolicy records the events it gets, by name.
+type recordingPolicy struct {
+	gocql.HostSelectionPolicy
+	got *[]string
+}
+
+func (r recordingPolicy) Init(*gocql.Session)   { *r.got = append(*r.got, "Init") }
+func (r recordingPolicy) SetPartitioner(string) { *r.got = append(*r.got, "SetPartitioner") }
+func (r recordingPolicy) KeyspaceChanged(gocql.KeyspaceUpdateEvent) {
+	*r.got = append(*r.got, "KeyspaceChanged")
+}
+func (r recordingPolicy) AddHost(*gocql.HostInfo)    { *r.got = append(*r.got, "AddHost") }
+func (r recordingPolicy) AddHosts([]*gocql.HostInfo) { *r.got = append(*r.got, "AddHosts") }
+func (r recordingPolicy) RemoveHost(*gocql.HostInfo) { *r.got = append(*r.got, "RemoveHost") }
+func (r recordingPolicy) HostUp(*gocql.HostInfo)     { *r.got = append(*r.got, "HostUp") }
+func (r recordingPolicy) HostDown(*gocql.HostInfo)   { *r.got = append(*r.got, "HostDown") }
+
+// Tests that the primary-first policy gets every event the session's
+// policy gets, so it knows the same ring, keyspaces and live nodes.
+func TestOrderPolicyGetsTheSessionsEvents(t *testing.T) {
+	var session, order []string
+	p := watchedPolicy{HostSelectionPolicy: recordingPolicy{got: &session}, order: recordingPolicy{got: &order}}
+	var gp gocql.HostSelectionPolicy = p
+	gp.Init(nil)
+	gp.SetPartitioner("org.apache.cassandra.dht.Murmur3Partitioner")
+	gp.KeyspaceChanged(gocql.KeyspaceUpdateEvent{})
+	h := &gocql.HostInfo{}
+	gp.AddHost(h)
+	gp.(bulkAdder).AddHosts([]*gocql.HostInfo{h})
+	gp.HostDown(h)
+	gp.HostUp(h)
+	gp.RemoveHost(h)
+	want := []string{"Init", "SetPartitioner", "KeyspaceChanged", "AddHost", "AddHosts", "HostDown", "HostUp", "RemoveHost"}
+	if !slices.Equal(session, want) || !slices.Equal(order, want) {
+		t.Errorf("events: session's policy %v, primary-first %v; want both %v", session, order, want)
+	}
+}

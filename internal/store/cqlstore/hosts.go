@@ -221,6 +221,28 @@ func (p watchedPolicy) AddHost(h *gocql.HostInfo) {
 	p.each(func(s gocql.HostSelectionPolicy) { s.AddHost(h) })
 }
 
+// bulkAdder is a policy that adds many hosts at once, updating its
+// replica map once rather than per host; gocql calls it at start when
+// the session's policy is one.
+type bulkAdder interface{ AddHosts([]*gocql.HostInfo) }
+
+// AddHosts adds hosts at once to each policy that can, one by one to the
+// others.
+func (p watchedPolicy) AddHosts(hosts []*gocql.HostInfo) {
+	for _, h := range hosts {
+		p.setUp(h, true)
+	}
+	p.each(func(s gocql.HostSelectionPolicy) {
+		if bulk, ok := s.(bulkAdder); ok {
+			bulk.AddHosts(hosts)
+			return
+		}
+		for _, h := range hosts {
+			s.AddHost(h)
+		}
+	})
+}
+
 func (p watchedPolicy) RemoveHost(h *gocql.HostInfo) {
 	p.setUp(h, false)
 	p.each(func(s gocql.HostSelectionPolicy) { s.RemoveHost(h) })
