@@ -89,9 +89,6 @@ func (s *Service) joinFlights(uris []string) (own ownRead, joined []*flight) {
 	joined = make([]*flight, len(uris))
 	s.flights.mu.Lock()
 	defer s.flights.mu.Unlock()
-	if s.flights.m == nil {
-		s.flights.m = make(map[string]*flight)
-	}
 	for i, uri := range uris {
 		writes := s.slotOf(uri).writes.Load()
 		switch f, ok := s.flights.m[uri]; {

@@ -120,7 +120,7 @@ func New(collection string, c Cache, s store.Store, limits WriteLimits, opts ...
 	if limits.MaxRecordBytes <= 0 {
 		limits = DefaultWriteLimits()
 	}
-	svc := &Service{collection: collection, cache: c, store: s, limits: limits, opts: defaultOptions(), seed: maphash.MakeSeed()}
+	svc := &Service{collection: collection, cache: c, store: s, limits: limits, opts: defaultOptions(), seed: maphash.MakeSeed(), flights: flights{m: make(map[string]*flight)}}
 	for _, opt := range opts {
 		opt(&svc.opts)
 	}

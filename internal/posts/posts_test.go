@@ -99,6 +99,23 @@ func (g gatedBatchStore) GetMany(ctx context.Context, uris []string) (map[string
 	return recs, err
 }
 
+// answer is the outcome of one Get.
+type answer struct {
+	res []Result
+	err error
+}
+
+// getLater runs svc.Get(ctx, uris) on a goroutine of its own; its answer
+// comes on the channel it returns.
+func getLater(ctx context.Context, svc *Service, uris ...string) <-chan answer {
+	done := make(chan answer, 1)
+	go func() {
+		res, _, err := svc.Get(ctx, uris)
+		done <- answer{res, err}
+	}()
+	return done
+}
+
 // readShapes are the two ways the read path reads misses from a store:
 // one coalesced Get per URI, or batch reads shared between requests.
 var readShapes = []struct {
@@ -211,14 +228,7 @@ func TestSlowReadCannotRefillAStaleVersion(t *testing.T) {
 			reached := gs.hold(target.URI)
 			ctx := testCtx(t, 4)
 
-			readDone := make(chan []Result)
-			go func() {
-				res, _, err := svc.Get(ctx, []string{target.URI})
-				if err != nil {
-					t.Error(err)
-				}
-				readDone <- res
-			}()
+			readDone := getLater(ctx, svc, target.URI)
 			<-reached // the slow read holds the old version
 
 			updated := newVersion(target)
@@ -226,8 +236,8 @@ func TestSlowReadCannotRefillAStaleVersion(t *testing.T) {
 				t.Fatal(err)
 			}
 			close(gs.released)
-			if old := <-readDone; !bytes.Equal(old[0].Record.JSON, target.JSON) {
-				t.Fatalf("the slow read should have returned the version it read")
+			if old := <-readDone; old.err != nil || !bytes.Equal(old.res[0].Record.JSON, target.JSON) {
+				t.Fatalf("the slow read should have returned the version it read (error %v)", old.err)
 			}
 			for i := range 3 {
 				res, _, err := svc.Get(ctx, []string{target.URI})
@@ -263,22 +273,15 @@ func TestReadAfterWriteSharesNoOlderRead(t *testing.T) {
 			if _, err := svc.Put(ctx, []store.Record{updated}); err != nil {
 				t.Fatal(err)
 			}
-			after := make(chan []Result)
-			go func() {
-				res, _, err := svc.Get(ctx, []string{target.URI})
-				if err != nil {
-					t.Error(err)
-				}
-				after <- res
-			}()
+			after := getLater(ctx, svc, target.URI)
 			// Time for the read after the write to join the one in flight; were
 			// it slower, it would read on its own and the test would pass
 			// without showing anything, never fail wrongly.
 			time.Sleep(500 * time.Millisecond)
 			close(gs.released)
 			<-firstDone
-			if res := <-after; !bytes.Equal(res[0].Record.JSON, updated.JSON) {
-				t.Fatalf("a read begun after the write was acknowledged returned the old version (from cache: %v)", res[0].FromCache)
+			if a := <-after; a.err != nil || !bytes.Equal(a.res[0].Record.JSON, updated.JSON) {
+				t.Fatalf("a read begun after the write was acknowledged: error %v, or the old version returned", a.err)
 			}
 			t.Logf("reads that shared a store read: %d (2 when the read after the write joined the one in flight)", svc.Coalesced())
 		})
@@ -304,19 +307,9 @@ func TestWaiterOutlivesAFailedSharedRead(t *testing.T) {
 			ctx := testCtx(t, 4)
 			leaderCtx, cancelLeader := context.WithCancel(ctx)
 			defer cancelLeader()
-			leaderDone := make(chan error, 1)
-			go func() {
-				_, _, err := svc.Get(leaderCtx, []string{shared.URI, failing.URI})
-				leaderDone <- err
-			}()
+			leaderDone := getLater(leaderCtx, svc, shared.URI, failing.URI)
 			<-reached // the leader's batch read, holding both URIs, is under way
-			waiter := make(chan error, 1)
-			var got []Result
-			go func() {
-				var err error
-				got, _, err = svc.Get(ctx, []string{shared.URI})
-				waiter <- err
-			}()
+			waiter := getLater(ctx, svc, shared.URI)
 			// Time for the waiter to join the read in flight; were it
 			// slower, it would read on its own and the test would pass
 			// without showing anything, never fail wrongly.
@@ -325,17 +318,18 @@ func TestWaiterOutlivesAFailedSharedRead(t *testing.T) {
 			c.fail(gs, failing.URI, cancelLeader)
 			gs.mu.Unlock()
 			close(gs.released)
-			if err := <-leaderDone; err == nil {
+			if a := <-leaderDone; a.err == nil {
 				t.Fatal("the leader's read succeeded; the test did not fail it")
 			}
 			gs.mu.Lock()
 			gs.failURI = ""
 			gs.mu.Unlock()
-			if err := <-waiter; err != nil {
-				t.Fatalf("the waiter failed with the shared read: %v", err)
+			got := <-waiter
+			if got.err != nil {
+				t.Fatalf("the waiter failed with the shared read: %v", got.err)
 			}
-			if !got[0].Found || !bytes.Equal(got[0].Record.JSON, shared.JSON) {
-				t.Fatalf("the waiter answered %+v, want the stored record", got[0])
+			if !got.res[0].Found || !bytes.Equal(got.res[0].Record.JSON, shared.JSON) {
+				t.Fatalf("the waiter answered %+v, want the stored record", got.res[0])
 			}
 			if svc.Coalesced() == 0 {
 				t.Error("the waiter did not join the leader's read; nothing was shown")
