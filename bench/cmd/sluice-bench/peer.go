@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -86,6 +87,14 @@ func (t sideTotals) perItem(d time.Duration) float64 {
 type peerOutcome struct {
 	c            peerCase
 	sluice, peer sideTotals
+	// rounds is each round's sluice/peer items/s ratio, in order: the
+	// spread a reader needs to tell a difference from the machine's noise.
+	rounds []float64
+}
+
+// roundRatio is one round's sluice/peer items/s ratio.
+func roundRatio(sluice, peer throughput.Result) float64 {
+	return (float64(sluice.Items) / max(sluice.Seconds, 1e-9)) / max(float64(peer.Items)/max(peer.Seconds, 1e-9), 1e-9)
 }
 
 func peerBench(ctx context.Context, args []string) error {
@@ -137,6 +146,7 @@ func peerBench(ctx context.Context, args []string) error {
 	for _, c := range cs {
 		o := peerOutcome{c: c}
 		for r := range *rounds {
+			var sluiceRes, peerRes throughput.Result
 			for k := range 2 {
 				side := sides[(r+k)%2]
 				fmt.Fprintf(os.Stderr, "peer: %s, round %d, %s\n", c.name, r+1, side.name)
@@ -146,10 +156,13 @@ func peerBench(ctx context.Context, args []string) error {
 				}
 				if side.name == "sluice" {
 					o.sluice.add(res, cpu)
+					sluiceRes = res
 				} else {
 					o.peer.add(res, cpu)
+					peerRes = res
 				}
 			}
+			o.rounds = append(o.rounds, roundRatio(sluiceRes, peerRes))
 		}
 		outcomes = append(outcomes, o)
 	}
@@ -223,7 +236,7 @@ func peerLeg(ctx context.Context, addr string, meter *cputime.Meter, c peerCase,
 
 func peerReport(w io.Writer, outs []peerOutcome, conc int, d time.Duration, rounds int) {
 	fmt.Fprintf(w, "## 4. sluice beside the bare peer\n\n")
-	fmt.Fprintf(w, "The bare peer (`bench/peer`) is the server a team would write without sluice: grpc-go and gomemcache, GetMulti in chunks of %d under an errgroup, cached bytes copied straight into the response, no guard, no metrics. Both servers read the same warm memcached; the same client (%d closed-loop workers) ran each case for %v per leg, %d rounds, the servers alternating (the order swapped each round), and the figures add up every round. CPU is user + system time from `/proc/PID/stat`, divided by requests or items served. sluice runs with its defaults, among them `guard.gc_percent` 400 (GOGC, which its soft memory limit makes safe); the peer, which has no memory limit, with Go's default GOGC of 100.\n\n", 100, conc, d, rounds)
+	fmt.Fprintf(w, "The bare peer (`bench/peer`) is the server a team would write without sluice: grpc-go and gomemcache, GetMulti in chunks of %d under an errgroup, cached bytes copied straight into the response, no guard, no metrics. Both servers read the same warm memcached; the same client (%d closed-loop workers) ran each case for %v per leg, %d rounds, the servers alternating (the order swapped each round), and the figures add up every round; each round's ratio is shown below the table. Two servers measured in turn on this shared machine drift apart from leg to leg: the same comparison between two sluice processes of one binary (6 rounds of 4 s, 2026-12-06) gave rounds from 0.79 to 1.19 and whole-run ratios from 0.92 to 1.07, so a difference of less than about a tenth is within the noise. CPU is user + system time from `/proc/PID/stat`, divided by requests or items served. sluice runs with its defaults, among them `guard.gc_percent` 400 (GOGC, which its soft memory limit makes safe); the peer, which has no memory limit, with Go's default GOGC of 100.\n\n", 100, conc, d, rounds)
 	fmt.Fprintln(w, "| case | sluice items/s | peer items/s | **items/s ratio** | sluice req/s | peer req/s | **req/s ratio** | sluice CPU µs/req | peer CPU µs/req | **CPU/req ratio** | sluice µs/item | peer µs/item | memcached µs/item, sluice / peer | errors / not found, sluice / peer |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, o := range outs {
@@ -235,6 +248,7 @@ func peerReport(w io.Writer, outs []peerOutcome, conc int, d time.Duration, roun
 			s.perItem(s.server), p.perItem(p.server), s.perItem(s.memcached), p.perItem(p.memcached),
 			s.errors, s.items-s.found, p.errors, p.items-p.found)
 	}
+	writeRoundRatios(w, outs)
 	for _, o := range outs {
 		for _, side := range []struct {
 			n string
@@ -263,5 +277,21 @@ func peerReport(w io.Writer, outs []peerOutcome, conc int, d time.Duration, roun
 		default:
 			fmt.Fprintf(w, "- %s: items/s ratio %.3f; server CPU per request ratio %.3f (target ≤ 1.15: %s)\n", o.c.name, s.itemsPerSec()/p.itemsPerSec(), cpu, verdict(cpu <= 1.15))
 		}
+	}
+}
+
+// writeRoundRatios shows each round's items/s ratio beside the whole
+// run's: two servers measured in turn on a shared machine drift apart
+// from leg to leg, and the spread says how much of a difference is noise.
+func writeRoundRatios(w io.Writer, outs []peerOutcome) {
+	fmt.Fprintf(w, "\nEach round's items/s ratio (sluice / peer), in the order run:\n\n")
+	for _, o := range outs {
+		parts := make([]string, len(o.rounds))
+		lo, hi := math.Inf(1), math.Inf(-1)
+		for i, r := range o.rounds {
+			parts[i] = fmt.Sprintf("%.2f", r)
+			lo, hi = min(lo, r), max(hi, r)
+		}
+		fmt.Fprintf(w, "- %s: %s (spread %.2f–%.2f)\n", o.c.name, strings.Join(parts, ", "), lo, hi)
 	}
 }
