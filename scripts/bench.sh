@@ -12,7 +12,8 @@
 # SLUICE_BENCH_TPUT (closed-loop length per path, 10s),
 # SLUICE_BENCH_CONCURRENCY (16), SLUICE_BENCH_PEER_LEG (one server, one
 # round of one peer case, 4s), SLUICE_BENCH_PEER_ROUNDS (6),
-# SLUICE_BENCH_ZIPF_S (1.1), SLUICE_BENCH_FAIR_RUN (each fair-share run,
+# SLUICE_BENCH_ZIPF_S (1.1), SLUICE_BENCH_CONTROL_CASES (the peer part's
+# control, sluice against a second sluice: "zipf1,50"), SLUICE_BENCH_FAIR_RUN (each fair-share run,
 # 20s), SLUICE_BENCH_FAIR_ROUNDS (3), SLUICE_BENCH_WRITE_RUN (each
 # write-path leg, 5s), SLUICE_BENCH_WRITE_ROUNDS (2), SLUICE_BENCH_JOURNAL_ROUNDS
 # (journal-row rounds, 3), SLUICE_BENCH_TOMBSTONE_ROUNDS (3), SLUICE_BENCH_DIR (.bench).
@@ -218,19 +219,26 @@ part_fairshare() {
 }
 
 # part_peer: sluice and the bare peer on one warm memcached, the same
-# client alternating between them.
+# client alternating between them; then the control, sluice against a
+# second sluice of the same binary on a copy of the store, measured the
+# same way, whose ratios show the run's noise.
 part_peer() {
   local p=40-peer mc=$((BASE_PORT + 13)) g=$((BASE_PORT + 53)) h=$((BASE_PORT + 82)) pg=$((BASE_PORT + 54))
+  local cg=$((BASE_PORT + 58)) ch=$((BASE_PORT + 86))
+  rm -rf "$OUT/data-control"; cp -r "$DATA" "$OUT/data-control"
+  echo "cp -r $DATA $OUT/data-control" >>"$OUT/md/$p.cmds"
   start_memcached $p $mc; local mcpid=$MC_PID
   start_sluice $p $mc $g $h; local slpid=$SRV_PID
+  DATA=$OUT/data-control start_sluice $p $mc $cg $ch; local ctlpid=$SRV_PID
   echo "$BIN/sluice-peer --memcached 127.0.0.1:$mc --grpc-addr 127.0.0.1:$pg --max-idle $CAP &" >>"$OUT/md/$p.cmds"
   "$BIN/sluice-peer" --memcached "127.0.0.1:$mc" --grpc-addr "127.0.0.1:$pg" --max-idle "$CAP" 2>>"$OUT/peer.log" &
   local pepid=$!; PIDS+=("$pepid")
   wait_port $pg
   run_logged $p "$BIN/sluice-bench" peer --sluice 127.0.0.1:$g --peer 127.0.0.1:$pg --memcached 127.0.0.1:$mc --uris "$URIS" \
     --sluice-pid "$slpid" --peer-pid "$pepid" --memcached-pid "$mcpid" --concurrency "$CONC" \
-    --duration "$PEER_LEG" --rounds "$PEER_ROUNDS" --zipf-s "$ZIPF_S" --cases "${SLUICE_BENCH_PEER_CASES:-1,50,1000,single,zipf1,zipf50}" --md "$OUT/md/$p.md"
-  stop_pid "$pepid"; stop_pid "$slpid"; stop_pid "$mcpid"
+    --duration "$PEER_LEG" --rounds "$PEER_ROUNDS" --zipf-s "$ZIPF_S" --cases "${SLUICE_BENCH_PEER_CASES:-1,50,1000,single,zipf1,zipf50}" \
+    --control 127.0.0.1:$cg --control-pid "$ctlpid" --control-cases "${SLUICE_BENCH_CONTROL_CASES:-zipf1,50}" --md "$OUT/md/$p.md"
+  stop_pid "$pepid"; stop_pid "$ctlpid"; stop_pid "$slpid"; stop_pid "$mcpid"
 }
 
 # part_writepath: two sluice servers on copies of the seeded store, one

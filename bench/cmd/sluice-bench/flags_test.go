@@ -29,6 +29,8 @@ func TestNonPositiveCountsAreRefused(t *testing.T) {
 		{"writepath", "--on", nowhere, "--off", nowhere, "--uris", uris, "--written", "1", "--readers", "0"},
 		{"peer", "--sluice", nowhere, "--peer", nowhere, "--sluice-pid", "1", "--peer-pid", "1", "--memcached-pid", "1", "--uris", uris, "--no-warm", "--rounds", "0"},
 		{"peer", "--sluice", nowhere, "--peer", nowhere, "--sluice-pid", "1", "--peer-pid", "1", "--memcached-pid", "1", "--uris", uris, "--no-warm", "--concurrency", "0"},
+		{"peer", "--sluice", nowhere, "--peer", nowhere, "--sluice-pid", "1", "--peer-pid", "1", "--memcached-pid", "1", "--uris", uris, "--no-warm", "--control-pid", "0", "--control", nowhere},
+		{"peer", "--sluice", nowhere, "--peer", nowhere, "--sluice-pid", "1", "--peer-pid", "1", "--memcached-pid", "1", "--uris", uris, "--no-warm", "--control", nowhere, "--control-pid", "1", "--control-cases", "zipf0"},
 	} {
 		flag := args[len(args)-2]
 		ctx, cancel := context.WithCancel(context.Background())

@@ -113,11 +113,17 @@ func peerBench(ctx context.Context, args []string) error {
 	zipfS := fs.Float64("zipf-s", 1.1, "zipf exponent of the zipf cases (> 1)")
 	md := fs.String("md", "", "Markdown fragment to write")
 	noWarm := fs.Bool("no-warm", false, "skip the warm-up (memcached already holds every URI)")
+	controlAddr := fs.String("control", "", "a second sluice of the same binary (same memcached, a copy of the store): the control cases run sluice against it, to show the machine's noise; empty: no control")
+	controlPID := fs.Int("control-pid", 0, "the second sluice's pid (with --control)")
+	controlCases := fs.String("control-cases", "zipf1,50", "workloads of the control (see parseCases)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *sluicePID <= 0 || *peerPID <= 0 || *mcPID <= 0 {
 		return fmt.Errorf("--sluice-pid, --peer-pid and --memcached-pid are all required")
+	}
+	if *controlAddr != "" && *controlPID <= 0 {
+		return fmt.Errorf("--control needs --control-pid")
 	}
 	if err := positive(map[string]int64{"--concurrency": int64(*concurrency), "--duration": int64(*duration), "--rounds": int64(*rounds)}); err != nil {
 		return err
@@ -125,6 +131,12 @@ func peerBench(ctx context.Context, args []string) error {
 	cs, err := parseCases(*cases, *zipfS)
 	if err != nil {
 		return err
+	}
+	var controls []peerCase
+	if *controlAddr != "" {
+		if controls, err = parseCases(*controlCases, *zipfS); err != nil {
+			return fmt.Errorf("--control-cases: %w", err)
+		}
 	}
 	list, err := scenario.ReadURIs(*uris)
 	if err != nil {
@@ -135,38 +147,67 @@ func peerBench(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	sides := []struct {
-		name, addr string
-		meter      *cputime.Meter
-	}{
-		{"sluice", *sluiceAddr, cputime.NewMeter(0, *sluicePID, *mcPID)},
-		{"peer", *peerAddr, cputime.NewMeter(0, *peerPID, *mcPID)},
+	sluiceSide := side{"sluice", *sluiceAddr, cputime.NewMeter(0, *sluicePID, *mcPID)}
+	run := comparison{uris: list, conc: *concurrency, d: *duration, rounds: *rounds}
+	outcomes, err := run.each(ctx, cs, sluiceSide, side{"peer", *peerAddr, cputime.NewMeter(0, *peerPID, *mcPID)})
+	if err != nil {
+		return err
 	}
+	var controlled []peerOutcome
+	if len(controls) > 0 {
+		if controlled, err = run.each(ctx, controls, sluiceSide, side{"control", *controlAddr, cputime.NewMeter(0, *controlPID, *mcPID)}); err != nil {
+			return err
+		}
+	}
+	return writeMD(*md, func(w io.Writer) {
+		peerReport(w, outcomes, *concurrency, *duration, *rounds)
+		controlReport(w, controlled)
+	})
+}
+
+// side is one server of a comparison and the meter of its CPU.
+type side struct {
+	name, addr string
+	meter      *cputime.Meter
+}
+
+// comparison runs cases against two servers in turn with one client.
+type comparison struct {
+	uris   []string
+	conc   int
+	d      time.Duration
+	rounds int
+}
+
+// each runs every case against first and second, rounds times, the
+// order swapped each round, and returns each case's totals (first's as
+// sluice, second's as peer) and round ratios.
+func (cmp comparison) each(ctx context.Context, cs []peerCase, first, second side) ([]peerOutcome, error) {
+	sides := [2]side{first, second}
 	var outcomes []peerOutcome
 	for _, c := range cs {
 		o := peerOutcome{c: c}
-		for r := range *rounds {
-			var sluiceRes, peerRes throughput.Result
+		for r := range cmp.rounds {
+			var results [2]throughput.Result
 			for k := range 2 {
-				side := sides[(r+k)%2]
-				fmt.Fprintf(os.Stderr, "peer: %s, round %d, %s\n", c.name, r+1, side.name)
-				res, cpu, err := peerLeg(ctx, side.addr, side.meter, c, list, *concurrency, *duration, uint64(r+1))
+				i := (r + k) % 2
+				fmt.Fprintf(os.Stderr, "peer: %s, round %d, %s\n", c.name, r+1, sides[i].name)
+				res, cpu, err := peerLeg(ctx, sides[i].addr, sides[i].meter, c, cmp.uris, cmp.conc, cmp.d, uint64(r+1))
 				if err != nil {
-					return err
+					return nil, err
 				}
-				if side.name == "sluice" {
+				results[i] = res
+				if i == 0 {
 					o.sluice.add(res, cpu)
-					sluiceRes = res
 				} else {
 					o.peer.add(res, cpu)
-					peerRes = res
 				}
 			}
-			o.rounds = append(o.rounds, roundRatio(sluiceRes, peerRes))
+			o.rounds = append(o.rounds, roundRatio(results[0], results[1]))
 		}
 		outcomes = append(outcomes, o)
 	}
-	return writeMD(*md, func(w io.Writer) { peerReport(w, outcomes, *concurrency, *duration, *rounds) })
+	return outcomes, nil
 }
 
 // warmFully reads every URI through sluice, then again each one that
@@ -236,7 +277,7 @@ func peerLeg(ctx context.Context, addr string, meter *cputime.Meter, c peerCase,
 
 func peerReport(w io.Writer, outs []peerOutcome, conc int, d time.Duration, rounds int) {
 	fmt.Fprintf(w, "## 4. sluice beside the bare peer\n\n")
-	fmt.Fprintf(w, "The bare peer (`bench/peer`) is the server a team would write without sluice: grpc-go and gomemcache, GetMulti in chunks of %d under an errgroup, cached bytes copied straight into the response, no guard, no metrics. Both servers read the same warm memcached; the same client (%d closed-loop workers) ran each case for %v per leg, %d rounds, the servers alternating (the order swapped each round), and the figures add up every round; each round's ratio is shown below the table. Two servers measured in turn on this shared machine drift apart from leg to leg: the same comparison between two sluice processes of one binary (6 rounds of 4 s, 2026-12-06) gave rounds from 0.79 to 1.19 and whole-run ratios from 0.92 to 1.07, so a difference of less than about a tenth is within the noise. CPU is user + system time from `/proc/PID/stat`, divided by requests or items served. sluice runs with its defaults, among them `guard.gc_percent` 400 (GOGC, which its soft memory limit makes safe); the peer, which has no memory limit, with Go's default GOGC of 100.\n\n", 100, conc, d, rounds)
+	fmt.Fprintf(w, "The bare peer (`bench/peer`) is the server a team would write without sluice: grpc-go and gomemcache, GetMulti in chunks of %d under an errgroup, cached bytes copied straight into the response, no guard, no metrics. Both servers read the same warm memcached; the same client (%d closed-loop workers) ran each case for %v per leg, %d rounds, the servers alternating (the order swapped each round), and the figures add up every round; each round's ratio is shown below the table. CPU is user + system time from `/proc/PID/stat`, divided by requests or items served. sluice runs with its defaults, among them `guard.gc_percent` 400 (GOGC, which its soft memory limit makes safe); the peer, which has no memory limit, with Go's default GOGC of 100.\n\n", 100, conc, d, rounds)
 	fmt.Fprintln(w, "| case | sluice items/s | peer items/s | **items/s ratio** | sluice req/s | peer req/s | **req/s ratio** | sluice CPU µs/req | peer CPU µs/req | **CPU/req ratio** | sluice µs/item | peer µs/item | memcached µs/item, sluice / peer | errors / not found, sluice / peer |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	for _, o := range outs {
@@ -293,5 +334,26 @@ func writeRoundRatios(w io.Writer, outs []peerOutcome) {
 			lo, hi = min(lo, r), max(hi, r)
 		}
 		fmt.Fprintf(w, "- %s: %s (spread %.2f–%.2f)\n", o.c.name, strings.Join(parts, ", "), lo, hi)
+	}
+}
+
+// controlReport shows the control: sluice against a second sluice of the
+// same binary, measured as the peer was. Two servers measured in turn on
+// a shared machine drift apart from leg to leg; the control's ratios,
+// which would all be 1 on a quiet machine, are how far they drifted in
+// this run.
+func controlReport(w io.Writer, outs []peerOutcome) {
+	if len(outs) == 0 {
+		return
+	}
+	fmt.Fprintf(w, "\nControl: the same client, rounds and legs, sluice against a second sluice process of the same binary and config (the same memcached, a copy of the store). Identical servers would give 1; how far these ratios stray from it is this run's noise, against which the ratios above are read.\n\n")
+	fmt.Fprintln(w, "| case | sluice items/s | second sluice items/s | **items/s ratio** | rounds |")
+	fmt.Fprintln(w, "|---|---:|---:|---:|---|")
+	for _, o := range outs {
+		parts := make([]string, len(o.rounds))
+		for i, r := range o.rounds {
+			parts[i] = fmt.Sprintf("%.2f", r)
+		}
+		fmt.Fprintf(w, "| %s | %.0f | %.0f | **%.2f** | %s |\n", o.c.name, o.sluice.itemsPerSec(), o.peer.itemsPerSec(), o.sluice.itemsPerSec()/o.peer.itemsPerSec(), strings.Join(parts, ", "))
 	}
 }

@@ -31,3 +31,23 @@ func TestPeerReportShowsEachRoundsRatio(t *testing.T) {
 		}
 	}
 }
+
+// Tests that the control section is written only when a control ran,
+// with each case's whole-run ratio and its rounds.
+func TestControlReportShowsTheSameBinarysSpread(t *testing.T) {
+	var none bytes.Buffer
+	controlReport(&none, nil)
+	if none.Len() != 0 {
+		t.Errorf("no control ran, yet the report says:\n%s", none.String())
+	}
+	var out bytes.Buffer
+	controlReport(&out, []peerOutcome{{
+		c:      peerCase{name: "zipf s=1.1, batch 1"},
+		sluice: sideTotals{items: 60000, seconds: 4},
+		peer:   sideTotals{items: 48000, seconds: 4},
+		rounds: []float64{1.3, 1.2},
+	}})
+	if want := "| zipf s=1.1, batch 1 | 15000 | 12000 | **1.25** | 1.30, 1.20 |\n"; !strings.Contains(out.String(), want) {
+		t.Errorf("control report lacks %q:\n%s", want, out.String())
+	}
+}
