@@ -5,8 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -94,7 +94,16 @@ type peerOutcome struct {
 
 // roundRatio is one round's sluice/peer items/s ratio.
 func roundRatio(sluice, peer throughput.Result) float64 {
-	return (float64(sluice.Items) / max(sluice.Seconds, 1e-9)) / max(float64(peer.Items)/max(peer.Seconds, 1e-9), 1e-9)
+	return sluice.ItemsPerSec / max(peer.ItemsPerSec, 1e-9)
+}
+
+// formatRounds lists round ratios in the order run, two decimals each.
+func formatRounds(rounds []float64) string {
+	parts := make([]string, len(rounds))
+	for i, r := range rounds {
+		parts[i] = fmt.Sprintf("%.2f", r)
+	}
+	return strings.Join(parts, ", ")
 }
 
 func peerBench(ctx context.Context, args []string) error {
@@ -327,13 +336,7 @@ func peerReport(w io.Writer, outs []peerOutcome, conc int, d time.Duration, roun
 func writeRoundRatios(w io.Writer, outs []peerOutcome) {
 	fmt.Fprintf(w, "\nEach round's items/s ratio (sluice / peer), in the order run:\n\n")
 	for _, o := range outs {
-		parts := make([]string, len(o.rounds))
-		lo, hi := math.Inf(1), math.Inf(-1)
-		for i, r := range o.rounds {
-			parts[i] = fmt.Sprintf("%.2f", r)
-			lo, hi = min(lo, r), max(hi, r)
-		}
-		fmt.Fprintf(w, "- %s: %s (spread %.2f–%.2f)\n", o.c.name, strings.Join(parts, ", "), lo, hi)
+		fmt.Fprintf(w, "- %s: %s (spread %.2f–%.2f)\n", o.c.name, formatRounds(o.rounds), slices.Min(o.rounds), slices.Max(o.rounds))
 	}
 }
 
@@ -350,10 +353,6 @@ func controlReport(w io.Writer, outs []peerOutcome) {
 	fmt.Fprintln(w, "| case | sluice items/s | second sluice items/s | **items/s ratio** | rounds |")
 	fmt.Fprintln(w, "|---|---:|---:|---:|---|")
 	for _, o := range outs {
-		parts := make([]string, len(o.rounds))
-		for i, r := range o.rounds {
-			parts[i] = fmt.Sprintf("%.2f", r)
-		}
-		fmt.Fprintf(w, "| %s | %.0f | %.0f | **%.2f** | %s |\n", o.c.name, o.sluice.itemsPerSec(), o.peer.itemsPerSec(), o.sluice.itemsPerSec()/o.peer.itemsPerSec(), strings.Join(parts, ", "))
+		fmt.Fprintf(w, "| %s | %.0f | %.0f | **%.2f** | %s |\n", o.c.name, o.sluice.itemsPerSec(), o.peer.itemsPerSec(), o.sluice.itemsPerSec()/o.peer.itemsPerSec(), formatRounds(o.rounds))
 	}
 }

@@ -8,12 +8,12 @@ import (
 	"github.com/sluice-dev/sluice/bench/throughput"
 )
 
-// Tests that a round's ratio is of items per second, each side over its
-// own leg's length, and that the report shows every round in order with
-// the spread.
+// Tests that a round's ratio is of items per second (each side's own
+// rate, not its item count), and that the report shows every round in
+// order with the spread.
 func TestPeerReportShowsEachRoundsRatio(t *testing.T) {
-	sluice := throughput.Result{Items: 30000, Seconds: 2} // 15,000/s
-	peer := throughput.Result{Items: 40000, Seconds: 4}   // 10,000/s
+	sluice := throughput.Result{Items: 30000, Seconds: 2, ItemsPerSec: 15000}
+	peer := throughput.Result{Items: 40000, Seconds: 4, ItemsPerSec: 10000}
 	if got := roundRatio(sluice, peer); got != 1.5 {
 		t.Fatalf("roundRatio = %v, want 1.5 (15,000/s against 10,000/s)", got)
 	}

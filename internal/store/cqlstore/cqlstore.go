@@ -229,9 +229,13 @@ func (s *Store) GetMany(ctx context.Context, uris []string) (map[string]store.Re
 	}
 	uris = uniq(uris)
 	pair := s.sessions.Load()
-	primary, release := primaries(pair.read, pair.order)
+	primary := func(string) string { return "" } // groups of one, or one URI: no replica to find
+	if s.cfg.ReadGroup > 1 && len(uris) > 1 {
+		var release func()
+		primary, release = primaries(pair.read, pair.order)
+		defer release()
+	}
 	groups := groupsOf(uris, s.cfg.ReadGroup, primary)
-	release()
 	found := make([][]store.Record, len(groups))
 	err := fanout.Each(ctx, len(groups), func(ctx context.Context, g int) (err error) {
 		found[g], err = s.getGroup(ctx, groups[g])

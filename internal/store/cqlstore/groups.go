@@ -57,12 +57,8 @@ func primaries(session *gocql.Session, order gocql.HostSelectionPolicy) (primary
 
 // groupsOf cuts uris into groups of at most size that share a primary
 // (primary maps a URI to it), keeping the order of uris within a group
-// and the order of first appearance between primaries. With size 1 it
-// asks no primary.
+// and the order of first appearance between primaries.
 func groupsOf(uris []string, size int, primary func(string) string) [][]string {
-	if size == 1 || len(uris) == 1 {
-		primary = func(string) string { return "" }
-	}
 	var byPrimary [][]string
 	at := map[string]int{} // primary → its index in byPrimary
 	for _, uri := range uris {
