@@ -3,6 +3,9 @@
 package cluster
 
 import (
+	"cmp"
+	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -90,4 +93,119 @@ func internodeMessages(t *testing.T, hosts []string) float64 {
 		s.Close()
 	}
 	return n
+}
+
+// TestGroupReadsGoToTheirPrimary reads, through sluice from a cold cache,
+// only the posts whose primary replica (the first node the ring gives for
+// their token) is one node, on a keyspace at replication factor 3. Every
+// node holds every partition, so any node could answer; sluice groups a
+// batch's misses by primary replica and sends each group to that primary
+// first (cqlstore's groups.go), so that one node coordinates the reads.
+// A driver that shuffled the replicas, as sluice's point reads do, would
+// spread them about a third to each node. The primary is worked out here
+// from the nodes' own tokens and Cassandra's token() of each key, not by
+// sluice's code; the counts are the nodes' own.
+func TestGroupReadsGoToTheirPrimary(t *testing.T) {
+	ks := newKeyspace(t, "sluice_cluster_rf3_primary", 3, 900)
+	owner := primaryOf(t, ks)
+	p, mine := mostOwned(owner, ks)
+	figure(t, "RF 3: posts whose primary is "+ks.hosts[p], "%d of %d", len(mine), len(ks.uris))
+	if len(mine) < len(ks.uris)/5 {
+		t.Fatalf("node %s is the primary of %d of %d posts; the ring's tokens are not spread evenly", ks.hosts[p], len(mine), len(ks.uris))
+	}
+
+	mc := testenv.StartMemcached(t)
+	r := startReplica(t, ks, []string{mc.Addr()})
+	coordBefore := coordinatorReads(t, ks)
+	for i := 0; i < len(mine); i += 50 {
+		ctx, cancel := ctxAs("checker")
+		resp, err := r.client().GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: mine[i:min(i+50, len(mine))]})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, rec := range resp.GetRecords() {
+			if !rec.GetFound() {
+				t.Fatalf("seeded post %s not found", rec.GetUri())
+			}
+		}
+	}
+	coordAfter := coordinatorReads(t, ks)
+
+	var total float64
+	for i := range ks.hosts {
+		total += coordAfter[i] - coordBefore[i]
+	}
+	if total < 1 {
+		t.Fatalf("the nodes coordinated no reads of %d posts read from a cold cache", len(mine))
+	}
+	for i, h := range ks.hosts {
+		figure(t, "RF 3, one primary's posts: reads coordinated by "+h, "%.0f of %.0f", coordAfter[i]-coordBefore[i], total)
+	}
+	if share := (coordAfter[p] - coordBefore[p]) / total; share < 0.9 {
+		t.Errorf("the posts' primary %s coordinated %.2f of their reads; group reads must go to the primary first (shuffled replicas give about a third)", ks.hosts[p], share)
+	}
+}
+
+// primaryOf maps each post of ks to the index in ks.hosts of its primary
+// replica: the node with the lowest token at or after the post's token,
+// wrapping past the ring's last token to its first (each node has one
+// token, scripts/cassandra-cluster.sh).
+func primaryOf(t *testing.T, ks *keyspace) map[string]int {
+	t.Helper()
+	type node struct {
+		token int64
+		index int
+	}
+	var ring []node
+	for i, h := range ks.hosts {
+		s := session(t, []string{h}, gocql.One)
+		var tokens []string
+		err := s.Query(`SELECT tokens FROM system.local`).Scan(&tokens)
+		s.Close()
+		if err != nil || len(tokens) != 1 {
+			t.Fatalf("tokens of %s: %v %v; want one token per node", h, tokens, err)
+		}
+		tok, err := strconv.ParseInt(tokens[0], 10, 64)
+		if err != nil {
+			t.Fatalf("token of %s: %v", h, err)
+		}
+		ring = append(ring, node{tok, i})
+	}
+	slices.SortFunc(ring, func(a, b node) int { return cmp.Compare(a.token, b.token) })
+
+	s := session(t, ks.hosts, gocql.One)
+	defer s.Close()
+	owner := map[string]int{}
+	it := s.Query(`SELECT uri, token(uri) FROM ` + ks.name + `.records`).PageSize(1000).Iter()
+	var uri string
+	var tok int64
+	for it.Scan(&uri, &tok) {
+		at, _ := slices.BinarySearchFunc(ring, tok, func(n node, tok int64) int { return cmp.Compare(n.token, tok) })
+		owner[uri] = ring[at%len(ring)].index
+	}
+	if err := it.Close(); err != nil {
+		t.Fatalf("tokens of the posts: %v", err)
+	}
+	if len(owner) != len(ks.uris) {
+		t.Fatalf("token() of %d posts, want %d", len(owner), len(ks.uris))
+	}
+	return owner
+}
+
+// mostOwned returns the node that is the primary of the most posts, and
+// those posts in the seed's order.
+func mostOwned(owner map[string]int, ks *keyspace) (int, []string) {
+	count := make([]int, len(ks.hosts))
+	for _, i := range owner {
+		count[i]++
+	}
+	p := slices.Index(count, slices.Max(count))
+	var mine []string
+	for _, uri := range ks.uris {
+		if owner[uri] == p {
+			mine = append(mine, uri)
+		}
+	}
+	return p, mine
 }
