@@ -248,6 +248,7 @@ func fairReport(w io.Writer, rounds []fairRound, loads []string) {
 	fmt.Fprintf(w, "| normal clients' p99 with the split indexer ≤ 1.5× alone, 0 errors | %.2f×, errors %.0f (%.0f) | %s |\n", splitWorst, medianOf(splitNormal), slices.Max(splitNormal), verdict(splitWorst <= 1.5 && slices.Max(splitNormal) == 0))
 	fmt.Fprintln(w)
 	floorNote(w, rounds)
+	disturbedNote(w, rounds)
 	fmt.Fprintln(w, "Sheds carry RetryInfo (tested in internal/guard); the load generator counts codes only. Goodput counts every client's answered items per second of the run; capacity is the closed loop's, so a goodput share above 1 means the open loop kept the server busier than the closed loop did.")
 }
 
@@ -324,6 +325,50 @@ func floorNote(w io.Writer, rounds []fairRound) {
 	}
 	fmt.Fprintf(w, "The machine's floor under the same loads: a bare memcached get from the normal clients' load generator (no sluice in it) had a p99 %.2f× its p99 alone with the heavy callers (rounds: %s) and %.2f× with the split indexer (rounds: %s). A p99 ratio under that is more than this machine gives any round trip; the 1.5× targets are read against it.\n\n",
 		medianOf(heavy), ratioList(heavy), medianOf(split), ratioList(split))
+}
+
+// disturbedBaseline is how many times the quietest round's bare
+// memcached get p99 alone a round's may be before that round's baseline
+// is called disturbed.
+const disturbedBaseline = 2.0
+
+// disturbedRounds lists the rounds (1-based) whose baseline, the run of
+// the normal clients alone, was itself slowed: the bare memcached get's
+// p99 in it was more than disturbedBaseline times the quietest round's.
+// The machine, not the load of that round, slowed it, so that round's
+// p99 ratios read low. quietest is that lowest p99, 0 without probes.
+func disturbedRounds(rounds []fairRound) (disturbed []int, quietest float64) {
+	for _, r := range rounds {
+		if p := r.alone.Probe; clean(p) && p.Latency.P99 > 0 && (quietest == 0 || p.Latency.P99 < quietest) {
+			quietest = p.Latency.P99
+		}
+	}
+	for i, r := range rounds {
+		if p := r.alone.Probe; quietest > 0 && clean(p) && p.Latency.P99 > disturbedBaseline*quietest {
+			disturbed = append(disturbed, i+1)
+		}
+	}
+	return disturbed, quietest
+}
+
+// disturbedNote names the rounds whose baseline was disturbed, so a
+// reader does not take their low ratios for sluice's doing. The targets
+// above still count every round.
+func disturbedNote(w io.Writer, rounds []fairRound) {
+	disturbed, quietest := disturbedRounds(rounds)
+	if len(disturbed) == 0 {
+		return
+	}
+	var parts []string
+	for _, i := range disturbed {
+		parts = append(parts, fmt.Sprintf("round %d (%.3g ms)", i, rounds[i-1].alone.Probe.Latency.P99))
+	}
+	list := parts[len(parts)-1]
+	if len(parts) > 1 {
+		list = strings.Join(parts[:len(parts)-1], ", ") + " and " + list
+	}
+	fmt.Fprintf(w, "Disturbed baselines: in %s the bare memcached get's p99 with the normal clients alone was more than %.0f× the quietest round's %.3g ms. The machine itself was slower while those baselines ran, so the p99 ratios against them read low; the targets above still count every round.\n\n",
+		list, disturbedBaseline, quietest)
 }
 
 func ratioList(vs []float64) string {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -94,5 +95,29 @@ func TestWhereTimeWentSetsHarnessBesideServer(t *testing.T) {
 	floorNote(&out, rounds)
 	if want := "p99 5.00× its p99 alone with the heavy callers (rounds: 5.00×) and 2.00× with the split indexer"; !strings.Contains(out.String(), want) {
 		t.Errorf("floor note %q; want %q", out.String(), want)
+	}
+}
+
+// Tests that a round whose baseline the machine slowed is named: its
+// bare memcached get's p99 alone is more than twice the quietest
+// round's; a round with a failed get, or without a probe, is not judged.
+func TestDisturbedBaselinesAreNamed(t *testing.T) {
+	alone := func(p99 float64) fairRound {
+		return fairRound{alone: &report.Report{Probe: &report.Client{OK: 100, Latency: report.Latency{P99: p99}}}}
+	}
+	rounds := []fairRound{alone(2.75), alone(14.4), alone(5.5), {alone: &report.Report{}}}
+	rounds = append(rounds, fairRound{alone: &report.Report{Probe: &report.Client{OK: 99, Errors: 1, Latency: report.Latency{P99: 1000}}}})
+	got, quietest := disturbedRounds(rounds)
+	if !slices.Equal(got, []int{2}) || quietest != 2.75 {
+		t.Fatalf("disturbed rounds %v against %v ms; want round 2 against 2.75 (round 3 is exactly twice the quietest)", got, quietest)
+	}
+	var out strings.Builder
+	disturbedNote(&out, rounds)
+	if want := "in round 2 (14.4 ms) the bare memcached get's p99 with the normal clients alone was more than 2× the quietest round's 2.75 ms"; !strings.Contains(out.String(), want) {
+		t.Errorf("note %q; want %q", out.String(), want)
+	}
+	out.Reset()
+	if disturbedNote(&out, rounds[:1]); out.Len() != 0 {
+		t.Errorf("a note with no disturbed round: %q", out.String())
 	}
 }
