@@ -35,9 +35,14 @@
 // plus the reserve (Config.Reserve, at most a quarter of the capacity in
 // force). So a caller that asks for little does not wait for a release
 // behind the heavy flows' backlog while the reserve has room; it only
-// shares the CPU with the work in flight. Waiters are granted only under
-// the capacity, so, but for a lowered capacity or a request running
-// alone, the reserve bounds how far over it the items in use go.
+// shares the CPU with the work in flight. A request of such a flow that
+// found the reserve full waits, and when it is next in fair order it is
+// granted from the reserve as soon as the reserve has room again, before
+// later arrivals go past it: otherwise it would wait for the capacity
+// itself, that is for the heavy flows' work in flight to drain, while
+// light requests that came after it went by. Other waiters are granted
+// only under the capacity, so, but for a lowered capacity or a request
+// running alone, the reserve bounds how far over it the items in use go.
 //
 // Batch requests (Request.Batch) are shed first: one that cannot start at
 // once while others already wait is refused without queueing, freed
@@ -574,7 +579,7 @@ func (q *Queue) grant() {
 	now := q.clock.Now()
 	for len(q.waiters) > 0 {
 		w := q.next(now)
-		if !q.fits(w.req.Cost) {
+		if !q.fits(w.req.Cost) && !q.fitsReserve(w, now) {
 			return
 		}
 		q.fair.served(w.flow, w.req.Cost, now)
@@ -590,6 +595,18 @@ func (q *Queue) grant() {
 // alone rather than never.
 func (q *Queue) fits(cost int64) bool {
 	return q.inUse+cost <= q.capacity || q.inUse == 0
+}
+
+// fitsReserve reports whether w, next in fair order, may be granted from
+// the light reserve: an interactive new request of a flow that has used
+// less than the mean of the flows of late at its weight, the rule for
+// going past the queue (see light), within the capacity plus the reserve.
+func (q *Queue) fitsReserve(w *waiter, now time.Time) bool {
+	if w.req.Batch || w.req.Continues || q.inUse+w.req.Cost > q.capacity+q.reserve() {
+		return false
+	}
+	mean, ok := q.fair.meanUsage(now)
+	return ok && w.flow.underShare(mean, now)
 }
 
 // next picks the waiter to serve: interactive before batch; among those,

@@ -1069,6 +1069,53 @@ func TestLightReserveOnlyPastWaiters(t *testing.T) {
 	}
 }
 
+// Tests that a light request which found the reserve full is granted
+// from the reserve as soon as the reserve has room again, not only once
+// the heavy flow's work drains under the capacity: capacity 12, reserve
+// 3, a heavy flow holding all 12 with a waiter, a light request holding
+// the reserve. b, under its share, queues; when the light request ends
+// b is granted within capacity plus reserve while the heavy flow still
+// holds its 12. c, queued behind b, does not fit the reserve's rest and
+// waits; the heavy flow's waiter, over its share, is never granted over
+// the capacity, though its one item would fit the reserve.
+func TestUnderShareWaiterTakesTheReserveAsItFrees(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Capacity, cfg.MaxWaiters, cfg.Reserve = 12, 100, 3
+	h := newHarnessWith(t, cfg)
+	hold := h.acquireNow(Request{Cost: 12, Flow: "heavy"})
+	out := make(chan result, 4)
+	h.wait(h.ctx, 1, Request{Cost: 1, Flow: "heavy"}, out) // would fit the reserve, but is over its share
+	a := h.acquireNow(Request{Cost: 3, Flow: "a"})         // past the queue: 15 of 15
+	h.wait(h.ctx, 2, Request{Cost: 2, Flow: "b"}, out)
+	h.wait(h.ctx, 3, Request{Cost: 2, Flow: "c"}, out)
+	if s := h.q.Stats(); s.InUse != 15 || s.Waiting != 3 || s.Light != 1 {
+		t.Fatalf("stats %+v, want the reserve full and b, c and heavy waiting", s)
+	}
+	a()
+	r := recv(t, out)
+	if r.id != 2 || r.err != nil {
+		t.Fatalf("after the light request ended: waiter %d (%v), want b granted from the reserve", r.id, r.err)
+	}
+	if s := h.q.Stats(); s.InUse != 14 || s.Waiting != 2 {
+		t.Fatalf("stats %+v, want b's 2 beside the heavy 12 and c still waiting (16 would pass 15)", s)
+	}
+	r.release()
+	if r := recv(t, out); r.id != 3 || r.err != nil {
+		t.Fatalf("after b ended: waiter %d (%v), want c granted from the reserve", r.id, r.err)
+	} else {
+		r.release()
+	}
+	if s := h.q.Stats(); s.InUse != 12 || s.Waiting != 1 {
+		t.Fatalf("stats %+v, want the heavy waiter, over its share, still waiting for the capacity", s)
+	}
+	hold()
+	if r := recv(t, out); r.id != 1 || r.err != nil {
+		t.Fatalf("after the heavy hold ended: waiter %d (%v), want the heavy waiter", r.id, r.err)
+	} else {
+		r.release()
+	}
+}
+
 // Tests Take's grant held as a value: its items are in use until
 // Release, which gives back exactly them, and the zero Grant's Release
 // changes nothing.
