@@ -72,8 +72,9 @@ type Config struct {
 	PieceItems int `yaml:"piece_items"`
 	// LightReserveItems is how far over the item limit in force the
 	// requests of callers under their fair share may go, past the
-	// queue, while heavier callers wait (package queue's reserve), at
-	// most a quarter of that limit. 0 means one piece (PieceItems).
+	// queue or next in line, while heavier callers wait (package queue's
+	// reserve), at most a quarter of that limit. 0 means one piece
+	// (PieceItems).
 	LightReserveItems int64 `yaml:"light_reserve_items"`
 	// AdaptiveTolerance is how far above its no-load floor the mean
 	// service time may rise before the item limit shrinks.

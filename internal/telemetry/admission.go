@@ -49,7 +49,7 @@ var admissionMetrics = []admissionMetric{
 	{"sluice.guard.items.in_flight", "Items admitted and not yet finished.", false, func(s AdmissionState) int64 { return s.ItemsInUse }},
 	{"sluice.guard.queue.waiting", "Requests waiting for item capacity.", false, func(s AdmissionState) int64 { return int64(s.Waiting) }},
 	{"sluice.guard.queue.shed", "Requests the item queue shed (Unavailable with RetryInfo) since start.", true, func(s AdmissionState) int64 { return s.Shed }},
-	{"sluice.guard.queue.light", "Requests of callers under their fair share admitted past waiting requests, within light_reserve_items, since start.", true, func(s AdmissionState) int64 { return s.Light }},
+	{"sluice.guard.queue.light", "Requests of callers under their fair share admitted within light_reserve_items, past waiting requests or next in line before them, since start.", true, func(s AdmissionState) int64 { return s.Light }},
 	{"sluice.guard.request_slots.limit", "Request slots (max_inflight_requests).", false, func(s AdmissionState) int64 { return s.RequestSlots }},
 	{"sluice.guard.request_slots.in_use", "Request slots taken, of max_inflight_requests.", false, func(s AdmissionState) int64 { return s.SlotsInUse }},
 	{"sluice.guard.request_slots.waiting", "Requests waiting for a request slot.", false, func(s AdmissionState) int64 { return int64(s.SlotsWaiting) }},

@@ -35,14 +35,17 @@
 // plus the reserve (Config.Reserve, at most a quarter of the capacity in
 // force). So a caller that asks for little does not wait for a release
 // behind the heavy flows' backlog while the reserve has room; it only
-// shares the CPU with the work in flight. A request of such a flow that
-// found the reserve full waits, and when it is next in fair order it is
-// granted from the reserve as soon as the reserve has room again, before
-// later arrivals go past it: otherwise it would wait for the capacity
-// itself, that is for the heavy flows' work in flight to drain, while
-// light requests that came after it went by. Other waiters are granted
-// only under the capacity, so, but for a lowered capacity or a request
-// running alone, the reserve bounds how far over it the items in use go.
+// shares the CPU with the work in flight. A request that would have gone
+// past but found the reserve full waits; when it is next in fair order,
+// still its flow's only waiter, with others waiting behind it and its
+// flow still under the mean, it is granted from the reserve as soon as
+// the reserve has room again, before later arrivals go past it:
+// otherwise it would wait for the capacity itself, that is for the heavy
+// flows' work in flight to drain, while light requests that came after
+// it went by. Other waiters are granted only under the capacity, so, but
+// for a lowered capacity or a request running alone, the reserve bounds
+// how far over it the items in use go, and with nobody else waiting the
+// capacity holds.
 //
 // Batch requests (Request.Batch) are shed first: one that cannot start at
 // once while others already wait is refused without queueing, freed
@@ -91,8 +94,8 @@ type Config struct {
 	Interval time.Duration
 	// Reserve is how many items beyond the capacity in force may be in
 	// use at once for requests of flows under their share that go past
-	// the queue (see the package doc), at most a quarter of that
-	// capacity; 0 means none.
+	// the queue, or that wait next in line with others behind them (see
+	// the package doc), at most a quarter of that capacity; 0 means none.
 	Reserve int64
 }
 
@@ -170,7 +173,7 @@ type Stats struct {
 	Waiting  int   // requests in the queue
 	Standing bool  // whether the queue counts as standing now
 	Shed     int64 // requests shed since start
-	Light    int64 // requests admitted past waiters, within the reserve, since start
+	Light    int64 // requests admitted within the reserve (past waiters, or next in line before them) since start
 }
 
 // Queue admits requests against a capacity of items. It is safe for
@@ -579,8 +582,11 @@ func (q *Queue) grant() {
 	now := q.clock.Now()
 	for len(q.waiters) > 0 {
 		w := q.next(now)
-		if !q.fits(w.req.Cost) && !q.fitsReserve(w, now) {
-			return
+		if !q.fits(w.req.Cost) {
+			if !q.fitsReserve(w, now) {
+				return
+			}
+			q.passed++
 		}
 		q.fair.served(w.flow, w.req.Cost, now)
 		q.remove(w)
@@ -598,11 +604,16 @@ func (q *Queue) fits(cost int64) bool {
 }
 
 // fitsReserve reports whether w, next in fair order, may be granted from
-// the light reserve: an interactive new request of a flow that has used
-// less than the mean of the flows of late at its weight, the rule for
-// going past the queue (see light), within the capacity plus the reserve.
+// the light reserve as a request going past the queue would be (see
+// light): an interactive new request, its flow's only waiter, with
+// others waiting behind it, of a flow that has used less than the mean
+// of the flows of late at its weight, within the capacity plus the
+// reserve. So the reserve stays what light requests use while heavier
+// flows wait: not extra capacity for flows that keep a backlog of their
+// own, and not for a request alone in the queue, where the limit holds.
 func (q *Queue) fitsReserve(w *waiter, now time.Time) bool {
-	if w.req.Batch || w.req.Continues || q.inUse+w.req.Cost > q.capacity+q.reserve() {
+	if w.req.Batch || w.req.Continues || w.flow.waiting != 1 || len(q.waiters) < 2 ||
+		q.inUse+w.req.Cost > q.capacity+q.reserve() {
 		return false
 	}
 	mean, ok := q.fair.meanUsage(now)

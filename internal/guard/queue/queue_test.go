@@ -1096,8 +1096,8 @@ func TestUnderShareWaiterTakesTheReserveAsItFrees(t *testing.T) {
 	if r.id != 2 || r.err != nil {
 		t.Fatalf("after the light request ended: waiter %d (%v), want b granted from the reserve", r.id, r.err)
 	}
-	if s := h.q.Stats(); s.InUse != 14 || s.Waiting != 2 {
-		t.Fatalf("stats %+v, want b's 2 beside the heavy 12 and c still waiting (16 would pass 15)", s)
+	if s := h.q.Stats(); s.InUse != 14 || s.Waiting != 2 || s.Light != 2 {
+		t.Fatalf("stats %+v, want b's 2 beside the heavy 12, counted as light, and c still waiting (16 would pass 15)", s)
 	}
 	r.release()
 	if r := recv(t, out); r.id != 3 || r.err != nil {
@@ -1114,6 +1114,52 @@ func TestUnderShareWaiterTakesTheReserveAsItFrees(t *testing.T) {
 	} else {
 		r.release()
 	}
+}
+
+// Tests what the reserve is not for: a waiter alone in the queue (the
+// capacity holds with nobody else waiting), and a flow with a backlog of
+// its own (as past the queue, only a flow's sole waiter may use it).
+func TestReserveIsNotForALoneWaiterOrABacklog(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Capacity, cfg.MaxWaiters, cfg.Reserve = 12, 100, 3
+	t.Run("alone in the queue", func(t *testing.T) {
+		h := newHarnessWith(t, cfg)
+		one := h.acquireNow(Request{Cost: 1, Flow: "heavy"})
+		rest := h.acquireNow(Request{Cost: 11, Flow: "heavy"})
+		out := make(chan result, 1)
+		h.wait(h.ctx, 1, Request{Cost: 3, Flow: "light"}, out)
+		one()
+		if s := h.q.Stats(); s.InUse != 11 || s.Waiting != 1 || s.Light != 0 {
+			t.Fatalf("stats %+v, want the lone waiter still waiting: 14 would pass the capacity of 12", s)
+		}
+		rest()
+		if r := recv(t, out); r.err != nil {
+			t.Fatalf("lone waiter once capacity freed: %v", r.err)
+		} else {
+			r.release()
+		}
+	})
+	t.Run("a flow with a backlog", func(t *testing.T) {
+		h := newHarnessWith(t, cfg)
+		hold := h.acquireNow(Request{Cost: 12, Flow: "heavy"})
+		out := make(chan result, 3)
+		h.wait(h.ctx, 1, Request{Cost: 1, Flow: "heavy"}, out)
+		a := h.acquireNow(Request{Cost: 3, Flow: "a"}) // past the queue: 15 of 15
+		h.wait(h.ctx, 2, Request{Cost: 1, Flow: "b"}, out)
+		h.wait(h.ctx, 3, Request{Cost: 1, Flow: "b"}, out)
+		a()
+		if s := h.q.Stats(); s.InUse != 12 || s.Waiting != 3 || s.Light != 1 {
+			t.Fatalf("stats %+v, want b's two waiters still waiting for the capacity", s)
+		}
+		hold()
+		for range 3 {
+			if r := recv(t, out); r.err != nil {
+				t.Fatalf("waiter %d once capacity freed: %v", r.id, r.err)
+			} else {
+				r.release()
+			}
+		}
+	})
 }
 
 // Tests Take's grant held as a value: its items are in use until
