@@ -22,7 +22,8 @@ type AdmissionState struct {
 	Waiting int   `json:"waiting"`
 	Shed    int64 `json:"shed"`
 	// Light counts the requests of callers under their fair share
-	// admitted past the queue, within light_reserve_items, since start.
+	// admitted within light_reserve_items, past the queue or next in
+	// line before the other waiters, since start.
 	Light int64 `json:"light"`
 	// RequestSlots is max_inflight_requests; SlotsInUse of them are
 	// taken, SlotsWaiting requests wait for one, and SlotsShed counts
@@ -58,7 +59,7 @@ var admissionMetrics = []admissionMetric{
 
 // ObserveAdmission exports the guard's admission state (admissionMetrics):
 // the adaptive item limit and its bounds, items in use, requests waiting,
-// requests shed, requests admitted past the queue, and the request slots
+// requests shed, requests admitted within the light reserve, and the request slots
 // taken, waited for and shed. It also hands state to the /clients page.
 func (t *Telemetry) ObserveAdmission(state func() AdmissionState) error {
 	instruments := make([]metric.Int64Observable, len(admissionMetrics))

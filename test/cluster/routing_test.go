@@ -102,7 +102,8 @@ func internodeMessages(t *testing.T, hosts []string) float64 {
 // batch's misses by primary replica and sends each group to that primary
 // first (cqlstore's groups.go), so that one node coordinates the reads.
 // A driver that shuffled the replicas, as sluice's point reads do, would
-// spread them about a third to each node. The primary is worked out here
+// spread the groups over the three nodes (the primary coordinated 47 of
+// 307 reads when group reads were sent that way). The primary is worked out here
 // from the nodes' own tokens and Cassandra's token() of each key, not by
 // sluice's code; the counts are the nodes' own.
 func TestGroupReadsGoToTheirPrimary(t *testing.T) {
@@ -115,7 +116,9 @@ func TestGroupReadsGoToTheirPrimary(t *testing.T) {
 	}
 
 	mc := testenv.StartMemcached(t)
-	r := startReplica(t, ks, []string{mc.Addr()})
+	// No speculative attempt: on a busy machine one would send a group's
+	// reads to a second node, and this test counts who coordinated them.
+	r := startReplica(t, ks, []string{mc.Addr()}, "--cql-speculative-delay", "0")
 	coordBefore := coordinatorReads(t, ks)
 	for i := 0; i < len(mine); i += 50 {
 		ctx, cancel := ctxAs("checker")
@@ -143,7 +146,7 @@ func TestGroupReadsGoToTheirPrimary(t *testing.T) {
 		figure(t, "RF 3, one primary's posts: reads coordinated by "+h, "%.0f of %.0f", coordAfter[i]-coordBefore[i], total)
 	}
 	if share := (coordAfter[p] - coordBefore[p]) / total; share < 0.9 {
-		t.Errorf("the posts' primary %s coordinated %.2f of their reads; group reads must go to the primary first (shuffled replicas give about a third)", ks.hosts[p], share)
+		t.Errorf("the posts' primary %s coordinated %.2f of their reads; group reads must go to the primary first (shuffled replicas gave 0.15)", ks.hosts[p], share)
 	}
 }
 

@@ -327,14 +327,14 @@ func floorNote(w io.Writer, rounds []fairRound) {
 		medianOf(heavy), ratioList(heavy), medianOf(split), ratioList(split))
 }
 
-// disturbedBaseline is how many times the quietest round's bare
+// disturbedFactor is how many times the quietest round's bare
 // memcached get p99 alone a round's may be before that round's baseline
 // is called disturbed.
-const disturbedBaseline = 2.0
+const disturbedFactor = 2.0
 
 // disturbedRounds lists the rounds (1-based) whose baseline, the run of
 // the normal clients alone, was itself slowed: the bare memcached get's
-// p99 in it was more than disturbedBaseline times the quietest round's.
+// p99 in it was more than disturbedFactor times the quietest round's.
 // The machine, not the load of that round, slowed it, so that round's
 // p99 ratios read low. quietest is that lowest p99, 0 without probes.
 func disturbedRounds(rounds []fairRound) (disturbed []int, quietest float64) {
@@ -344,7 +344,7 @@ func disturbedRounds(rounds []fairRound) (disturbed []int, quietest float64) {
 		}
 	}
 	for i, r := range rounds {
-		if p := r.alone.Probe; quietest > 0 && clean(p) && p.Latency.P99 > disturbedBaseline*quietest {
+		if p := r.alone.Probe; quietest > 0 && clean(p) && p.Latency.P99 > disturbedFactor*quietest {
 			disturbed = append(disturbed, i+1)
 		}
 	}
@@ -368,7 +368,7 @@ func disturbedNote(w io.Writer, rounds []fairRound) {
 		list = strings.Join(parts[:len(parts)-1], ", ") + " and " + list
 	}
 	fmt.Fprintf(w, "Disturbed baselines: in %s the bare memcached get's p99 with the normal clients alone was more than %.0f× the quietest round's %.3g ms. The machine itself was slower while those baselines ran, so the p99 ratios against them read low; the targets above still count every round.\n\n",
-		list, disturbedBaseline, quietest)
+		list, disturbedFactor, quietest)
 }
 
 func ratioList(vs []float64) string {

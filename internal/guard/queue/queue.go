@@ -191,7 +191,7 @@ type Queue struct {
 	lastEmpty time.Time // the last time waiters was empty
 	stopCheck func() bool
 	shed      int64
-	passed    int64 // admitted past waiters within the reserve
+	passed    int64 // admitted within the reserve: past waiters, or next in line before them
 }
 
 type waiter struct {

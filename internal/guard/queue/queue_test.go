@@ -1076,16 +1076,14 @@ func TestLightReserveOnlyPastWaiters(t *testing.T) {
 // the reserve. b, under its share, queues; when the light request ends
 // b is granted within capacity plus reserve while the heavy flow still
 // holds its 12. c, queued behind b, does not fit the reserve's rest and
-// waits; the heavy flow's waiter, over its share, is never granted over
-// the capacity, though its one item would fit the reserve.
+// waits until b ends; the heavy flow's waiter, then alone in the queue,
+// waits for the capacity though its one item would fit the reserve.
 func TestUnderShareWaiterTakesTheReserveAsItFrees(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Capacity, cfg.MaxWaiters, cfg.Reserve = 12, 100, 3
 	h := newHarnessWith(t, cfg)
-	hold := h.acquireNow(Request{Cost: 12, Flow: "heavy"})
 	out := make(chan result, 4)
-	h.wait(h.ctx, 1, Request{Cost: 1, Flow: "heavy"}, out) // would fit the reserve, but is over its share
-	a := h.acquireNow(Request{Cost: 3, Flow: "a"})         // past the queue: 15 of 15
+	hold, a := fullReserve(h, out)
 	h.wait(h.ctx, 2, Request{Cost: 2, Flow: "b"}, out)
 	h.wait(h.ctx, 3, Request{Cost: 2, Flow: "c"}, out)
 	if s := h.q.Stats(); s.InUse != 15 || s.Waiting != 3 || s.Light != 1 {
@@ -1106,7 +1104,7 @@ func TestUnderShareWaiterTakesTheReserveAsItFrees(t *testing.T) {
 		r.release()
 	}
 	if s := h.q.Stats(); s.InUse != 12 || s.Waiting != 1 {
-		t.Fatalf("stats %+v, want the heavy waiter, over its share, still waiting for the capacity", s)
+		t.Fatalf("stats %+v, want the heavy waiter, alone in the queue, still waiting for the capacity", s)
 	}
 	hold()
 	if r := recv(t, out); r.id != 1 || r.err != nil {
@@ -1117,9 +1115,10 @@ func TestUnderShareWaiterTakesTheReserveAsItFrees(t *testing.T) {
 }
 
 // Tests what the reserve is not for: a waiter alone in the queue (the
-// capacity holds with nobody else waiting), and a flow with a backlog of
-// its own (as past the queue, only a flow's sole waiter may use it).
-func TestReserveIsNotForALoneWaiterOrABacklog(t *testing.T) {
+// capacity holds with nobody else waiting), a flow with a backlog of its
+// own (as past the queue, only a flow's sole waiter may use it), and a
+// flow over its share that is next in line with another waiting behind.
+func TestReserveIsNotForALoneWaiterABacklogOrAFlowOverItsShare(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Capacity, cfg.MaxWaiters, cfg.Reserve = 12, 100, 3
 	t.Run("alone in the queue", func(t *testing.T) {
@@ -1139,27 +1138,60 @@ func TestReserveIsNotForALoneWaiterOrABacklog(t *testing.T) {
 			r.release()
 		}
 	})
-	t.Run("a flow with a backlog", func(t *testing.T) {
-		h := newHarnessWith(t, cfg)
-		hold := h.acquireNow(Request{Cost: 12, Flow: "heavy"})
-		out := make(chan result, 3)
-		h.wait(h.ctx, 1, Request{Cost: 1, Flow: "heavy"}, out)
-		a := h.acquireNow(Request{Cost: 3, Flow: "a"}) // past the queue: 15 of 15
-		h.wait(h.ctx, 2, Request{Cost: 1, Flow: "b"}, out)
-		h.wait(h.ctx, 3, Request{Cost: 1, Flow: "b"}, out)
-		a()
-		if s := h.q.Stats(); s.InUse != 12 || s.Waiting != 3 || s.Light != 1 {
-			t.Fatalf("stats %+v, want b's two waiters still waiting for the capacity", s)
-		}
-		hold()
-		for range 3 {
-			if r := recv(t, out); r.err != nil {
-				t.Fatalf("waiter %d once capacity freed: %v", r.id, r.err)
-			} else {
-				r.release()
+	for _, tc := range []struct {
+		name    string
+		before  func(h *harness)
+		waiters []Request // after a's request, then released
+	}{
+		{name: "a flow with a backlog", waiters: []Request{{Cost: 1, Flow: "b"}, {Cost: 1, Flow: "b"}}},
+		// d has used 8 against a mean of 23/3: over its share, so it
+		// queues, next in line (lead 9) with heavy's waiter (lead 13)
+		// behind.
+		{name: "a flow over its share", before: charge("d", 8, 1), waiters: []Request{{Cost: 1, Flow: "d"}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarnessWith(t, cfg)
+			if tc.before != nil {
+				tc.before(h)
 			}
+			out := make(chan result, 1+len(tc.waiters))
+			hold, a := fullReserve(h, out)
+			for i, r := range tc.waiters {
+				h.wait(h.ctx, 2+i, r, out)
+			}
+			a()
+			if s := h.q.Stats(); s.InUse != 12 || s.Waiting != 1+len(tc.waiters) || s.Light != 1 {
+				t.Fatalf("stats %+v, want the waiters %+v still waiting for the capacity", s, tc.waiters)
+			}
+			hold()
+			grantedAll(t, out, 1+len(tc.waiters))
+		})
+	}
+}
+
+// fullReserve fills a queue of capacity 12 and reserve 3: a heavy flow
+// holds the 12 and has a waiter of one item (id 1, answered on out), and
+// flow a's request of 3 goes past it. It returns the releases of the
+// heavy hold and of a's request.
+func fullReserve(h *harness, out chan<- result) (hold, light func()) {
+	h.t.Helper()
+	hold = h.acquireNow(Request{Cost: 12, Flow: "heavy"})
+	h.wait(h.ctx, 1, Request{Cost: 1, Flow: "heavy"}, out)
+	light = h.acquireNow(Request{Cost: 3, Flow: "a"}) // past the queue: 15 of 15
+	return hold, light
+}
+
+// grantedAll expects the next n results on out to be grants, and
+// releases them.
+func grantedAll(t *testing.T, out <-chan result, n int) {
+	t.Helper()
+	for range n {
+		r := recv(t, out)
+		if r.err != nil {
+			t.Fatalf("waiter %d once capacity freed: %v", r.id, r.err)
 		}
-	})
+		r.release()
+	}
 }
 
 // Tests Take's grant held as a value: its items are in use until
