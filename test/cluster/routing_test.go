@@ -34,19 +34,7 @@ func TestTokenAwareRouting(t *testing.T) {
 	coordBefore := coordinatorReads(t, ks)
 	msgs0 := internodeMessages(t, ks.hosts)
 	start := time.Now()
-	for i := 0; i < len(ks.uris); i += 50 {
-		ctx, cancel := ctxAs("checker")
-		resp, err := r.client().GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: ks.uris[i:min(i+50, len(ks.uris))]})
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, rec := range resp.GetRecords() {
-			if !rec.GetFound() {
-				t.Fatalf("seeded post %s not found", rec.GetUri())
-			}
-		}
-	}
+	readSeeded(t, r, ks.uris)
 	window := time.Since(start)
 	msgs1 := internodeMessages(t, ks.hosts)
 	time.Sleep(window)
@@ -120,19 +108,7 @@ func TestGroupReadsGoToTheirPrimary(t *testing.T) {
 	// reads to a second node, and this test counts who coordinated them.
 	r := startReplica(t, ks, []string{mc.Addr()}, "--cql-speculative-delay", "0")
 	coordBefore := coordinatorReads(t, ks)
-	for i := 0; i < len(mine); i += 50 {
-		ctx, cancel := ctxAs("checker")
-		resp, err := r.client().GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: mine[i:min(i+50, len(mine))]})
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, rec := range resp.GetRecords() {
-			if !rec.GetFound() {
-				t.Fatalf("seeded post %s not found", rec.GetUri())
-			}
-		}
-	}
+	readSeeded(t, r, mine)
 	coordAfter := coordinatorReads(t, ks)
 
 	var total float64
@@ -211,4 +187,23 @@ func mostOwned(owner map[string]int, ks *keyspace) (int, []string) {
 		}
 	}
 	return p, mine
+}
+
+// readSeeded reads uris through r in batches of 50 and fails the test if
+// a call fails or a seeded post is not found.
+func readSeeded(t *testing.T, r *replica, uris []string) {
+	t.Helper()
+	for i := 0; i < len(uris); i += 50 {
+		ctx, cancel := ctxAs("checker")
+		resp, err := r.client().GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: uris[i:min(i+50, len(uris))]})
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, rec := range resp.GetRecords() {
+			if !rec.GetFound() {
+				t.Fatalf("seeded post %s not found", rec.GetUri())
+			}
+		}
+	}
 }

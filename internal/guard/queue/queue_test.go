@@ -1090,28 +1090,17 @@ func TestUnderShareWaiterTakesTheReserveAsItFrees(t *testing.T) {
 		t.Fatalf("stats %+v, want the reserve full and b, c and heavy waiting", s)
 	}
 	a()
-	r := recv(t, out)
-	if r.id != 2 || r.err != nil {
-		t.Fatalf("after the light request ended: waiter %d (%v), want b granted from the reserve", r.id, r.err)
-	}
+	b := nextGranted(t, out, 2, "b, from the reserve, after the light request ended")
 	if s := h.q.Stats(); s.InUse != 14 || s.Waiting != 2 || s.Light != 2 {
 		t.Fatalf("stats %+v, want b's 2 beside the heavy 12, counted as light, and c still waiting (16 would pass 15)", s)
 	}
-	r.release()
-	if r := recv(t, out); r.id != 3 || r.err != nil {
-		t.Fatalf("after b ended: waiter %d (%v), want c granted from the reserve", r.id, r.err)
-	} else {
-		r.release()
-	}
+	b.release()
+	nextGranted(t, out, 3, "c, from the reserve, after b ended").release()
 	if s := h.q.Stats(); s.InUse != 12 || s.Waiting != 1 {
 		t.Fatalf("stats %+v, want the heavy waiter, alone in the queue, still waiting for the capacity", s)
 	}
 	hold()
-	if r := recv(t, out); r.id != 1 || r.err != nil {
-		t.Fatalf("after the heavy hold ended: waiter %d (%v), want the heavy waiter", r.id, r.err)
-	} else {
-		r.release()
-	}
+	nextGranted(t, out, 1, "the heavy waiter, after the heavy hold ended").release()
 }
 
 // Tests what the reserve is not for: a waiter alone in the queue (the
@@ -1132,11 +1121,7 @@ func TestReserveIsNotForALoneWaiterABacklogOrAFlowOverItsShare(t *testing.T) {
 			t.Fatalf("stats %+v, want the lone waiter still waiting: 14 would pass the capacity of 12", s)
 		}
 		rest()
-		if r := recv(t, out); r.err != nil {
-			t.Fatalf("lone waiter once capacity freed: %v", r.err)
-		} else {
-			r.release()
-		}
+		nextGranted(t, out, 1, "the lone waiter, once capacity freed").release()
 	})
 	for _, tc := range []struct {
 		name    string
@@ -1179,6 +1164,17 @@ func fullReserve(h *harness, out chan<- result) (hold, light func()) {
 	h.wait(h.ctx, 1, Request{Cost: 1, Flow: "heavy"}, out)
 	light = h.acquireNow(Request{Cost: 3, Flow: "a"}) // past the queue: 15 of 15
 	return hold, light
+}
+
+// nextGranted expects the next result on out to be waiter id's grant
+// (what says which, for the failure) and returns it.
+func nextGranted(t *testing.T, out <-chan result, id int, what string) result {
+	t.Helper()
+	r := recv(t, out)
+	if r.id != id || r.err != nil {
+		t.Fatalf("got waiter %d (%v), want %s granted", r.id, r.err, what)
+	}
+	return r
 }
 
 // grantedAll expects the next n results on out to be grants, and

@@ -228,14 +228,7 @@ func (s *Store) GetMany(ctx context.Context, uris []string) (map[string]store.Re
 		return nil, fmt.Errorf("cqlstore: get %d records: %w", len(uris), err)
 	}
 	uris = uniq(uris)
-	pair := s.sessions.Load()
-	primary := func(string) string { return "" } // groups of one, or one URI: no replica to find
-	if s.cfg.ReadGroup > 1 && len(uris) > 1 {
-		var release func()
-		primary, release = primaries(pair.read, pair.order)
-		defer release()
-	}
-	groups := groupsOf(uris, s.cfg.ReadGroup, primary)
+	groups := s.readGroups(uris)
 	found := make([][]store.Record, len(groups))
 	err := fanout.Each(ctx, len(groups), func(ctx context.Context, g int) (err error) {
 		found[g], err = s.getGroup(ctx, groups[g])

@@ -55,6 +55,18 @@ func primaries(session *gocql.Session, order gocql.HostSelectionPolicy) (primary
 	}, q.Release
 }
 
+// readGroups cuts uris into the groups GetMany reads. Groups of one, or a
+// single URI, need no replica found, so no lookup is made for them.
+func (s *Store) readGroups(uris []string) [][]string {
+	if s.cfg.ReadGroup == 1 || len(uris) == 1 {
+		return groupsOf(uris, s.cfg.ReadGroup, func(string) string { return "" })
+	}
+	pair := s.sessions.Load()
+	primary, release := primaries(pair.read, pair.order)
+	defer release()
+	return groupsOf(uris, s.cfg.ReadGroup, primary)
+}
+
 // groupsOf cuts uris into groups of at most size that share a primary
 // (primary maps a URI to it), keeping the order of uris within a group
 // and the order of first appearance between primaries.
