@@ -131,8 +131,8 @@ func TestReplicaDrain(t *testing.T) {
 	if len(open) != 0 {
 		v.Errorf("%d of the drained replica's %d connections still open on the server side: %v", len(open), len(held), open)
 	}
-	for _, c := range stillListed(t, ks.hosts, held, serversClose) {
-		v.Errorf("Cassandra still lists the drained replica's connection from %v %v after its socket closed", c, serversClose)
+	for _, c := range stillListed(t, ks.hosts, held, cassandraForgets) {
+		v.Errorf("Cassandra still lists the drained replica's connection from %v %v after its socket closed", c, cassandraForgets)
 	}
 }
 
@@ -142,6 +142,14 @@ func TestReplicaDrain(t *testing.T) {
 // event loop handles the FIN, which can come well after it when two cores
 // are shared by four JVMs, the load and the replicas.
 const serversClose = 15 * time.Second
+
+// cassandraForgets is how long a Cassandra node gets to take a closed
+// connection off its client list (system_views.clients) once the
+// socket is closed on both sides. The list lags the sockets: in a CI run
+// with a CPU hog on the other core, a node still listed two connections
+// 15s after both ends had closed. A connection the replica leaked stays
+// listed for good, so the bound only ends the wait.
+const cassandraForgets = time.Minute
 
 // sinceSignal says when a call started relative to the SIGTERM.
 func sinceSignal(started, sigterm time.Time) string {
