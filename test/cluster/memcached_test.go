@@ -124,20 +124,7 @@ func (p *passes) run(name string) passResult {
 		return p.r.metrics(p.t).Sum("sluice_items_total", map[string]string{"source": s, "client": "checker"})
 	}
 	c0, s0 := source("cache"), source("store")
-	const batch = 100
-	for i := 0; i < len(p.uris); i += batch {
-		ctx, cancel := ctxAs("checker")
-		resp, err := p.r.client().GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: p.uris[i:min(i+batch, len(p.uris))]})
-		cancel()
-		if err != nil {
-			p.v.Fatalf("%s: read: %v", name, err)
-		}
-		for _, rec := range resp.GetRecords() {
-			if !rec.GetFound() {
-				p.v.Fatalf("%s: seeded post %s not found", name, rec.GetUri())
-			}
-		}
-	}
+	readSeeded(func(format string, args ...any) { p.v.Fatalf(name+": "+format, args...) }, p.r, p.uris, 100)
 	res := passResult{cache: source("cache") - c0, store: source("store") - s0}
 	p.t.Logf("%s: %.0f items from the cache, %.0f from the store", name, res.cache, res.store)
 	return res

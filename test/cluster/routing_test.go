@@ -34,7 +34,7 @@ func TestTokenAwareRouting(t *testing.T) {
 	coordBefore := coordinatorReads(t, ks)
 	msgs0 := internodeMessages(t, ks.hosts)
 	start := time.Now()
-	readSeeded(t, r, ks.uris)
+	readSeeded(t.Fatalf, r, ks.uris, 50)
 	window := time.Since(start)
 	msgs1 := internodeMessages(t, ks.hosts)
 	time.Sleep(window)
@@ -108,7 +108,7 @@ func TestGroupReadsGoToTheirPrimary(t *testing.T) {
 	// reads to a second node, and this test counts who coordinated them.
 	r := startReplica(t, ks, []string{mc.Addr()}, "--cql-speculative-delay", "0")
 	coordBefore := coordinatorReads(t, ks)
-	readSeeded(t, r, mine)
+	readSeeded(t.Fatalf, r, mine, 50)
 	coordAfter := coordinatorReads(t, ks)
 
 	var total float64
@@ -189,20 +189,19 @@ func mostOwned(owner map[string]int, ks *keyspace) (int, []string) {
 	return p, mine
 }
 
-// readSeeded reads uris through r in batches of 50 and fails the test if
-// a call fails or a seeded post is not found.
-func readSeeded(t *testing.T, r *replica, uris []string) {
-	t.Helper()
-	for i := 0; i < len(uris); i += 50 {
+// readSeeded reads uris through r, batch at a time, as the "checker"
+// client, and calls fatalf if a call fails or a seeded post is not found.
+func readSeeded(fatalf func(format string, args ...any), r *replica, uris []string, batch int) {
+	for i := 0; i < len(uris); i += batch {
 		ctx, cancel := ctxAs("checker")
-		resp, err := r.client().GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: uris[i:min(i+50, len(uris))]})
+		resp, err := r.client().GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: uris[i:min(i+batch, len(uris))]})
 		cancel()
 		if err != nil {
-			t.Fatal(err)
+			fatalf("read: %v", err)
 		}
 		for _, rec := range resp.GetRecords() {
 			if !rec.GetFound() {
-				t.Fatalf("seeded post %s not found", rec.GetUri())
+				fatalf("seeded post %s not found", rec.GetUri())
 			}
 		}
 	}

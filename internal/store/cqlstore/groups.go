@@ -55,10 +55,11 @@ func primaries(session *gocql.Session, order gocql.HostSelectionPolicy) (primary
 	}, q.Release
 }
 
-// readGroups cuts uris into the groups GetMany reads. Groups of one, or a
-// single URI, need no replica found, so no lookup is made for them.
+// readGroups cuts uris into the groups GetMany reads. Groups of one, or
+// fewer than two URIs, need no replica found, so no lookup is made for
+// them.
 func (s *Store) readGroups(uris []string) [][]string {
-	if s.cfg.ReadGroup == 1 || len(uris) == 1 {
+	if s.cfg.ReadGroup == 1 || len(uris) < 2 {
 		return groupsOf(uris, s.cfg.ReadGroup, func(string) string { return "" })
 	}
 	pair := s.sessions.Load()
