@@ -1,11 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -13,6 +15,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/app"
 	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/guard/membudget"
+	"github.com/sluice-dev/sluice/internal/procs"
 	"github.com/sluice-dev/sluice/internal/telemetry"
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/mem"
@@ -53,7 +56,23 @@ func serve(ctx context.Context, args []string) error {
 		return err
 	}
 	go reloadOnHangup(ctx, hup, a, args, flags.configPath, log)
+	followSaturation(ctx, flags.cfg.Guard.SaturatedProcsPerCPU, a.Guard, log)
 	return a.Serve(ctx, grpcLis, httpLis)
+}
+
+// followSaturation raises Go's processors to perCPU per CPU while the
+// guard queues or sheds, and lowers them once it is calm (package
+// procs), until ctx ends; or, when the plan is for none, logs why.
+func followSaturation(ctx context.Context, perCPU int, g *guard.Server, log *slog.Logger) {
+	cfg, off := procs.Plan(cmp.Or(perCPU, procs.DefaultPerCPU), os.Getenv("GOMAXPROCS"), runtime.GOMAXPROCS(0), runtime.NumCPU())
+	if off != "" {
+		log.Info("processors", "gomaxprocs", runtime.GOMAXPROCS(0), "saturated", "unchanged", "because", off)
+		return
+	}
+	log.Info("processors", "gomaxprocs", cfg.Base, "saturated", cfg.Saturated,
+		"raise_after", cfg.RaiseAfter, "lower_after", cfg.LowerAfter)
+	c := procs.New(cfg, func(n int) { runtime.GOMAXPROCS(n) })
+	go procs.Run(ctx, c, procs.DefaultEvery, g.Saturation())
 }
 
 // gcPercentLogged is the GOGC in force: the plan's, or the environment's

@@ -55,3 +55,18 @@ func (s *Server) Admission() AdmissionStats {
 	a := s.cfg.adaptiveConfig()
 	return AdmissionStats{Stats: s.items.Stats(), MinItems: a.Min, MaxItems: a.Max, Slots: s.requests.Stats()}
 }
+
+// Saturation returns a reading of whether the guard is saturated: a
+// request waits for items or for a request slot now, or one was shed
+// since the previous reading. Its state is its own, so each caller
+// (one goroutine) takes its own.
+func (s *Server) Saturation() func() bool {
+	var shedBefore int64
+	return func() bool {
+		a := s.Admission()
+		shed := a.Shed + a.Slots.Shed
+		grew := shed > shedBefore
+		shedBefore = shed
+		return a.Waiting > 0 || a.Slots.Waiting > 0 || grew
+	}
+}

@@ -9,6 +9,8 @@ import (
 
 	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
 	"github.com/sluice-dev/sluice/internal/guard"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // delayedRecords answers GetPostRecords after a delay the test changes.
@@ -72,4 +74,79 @@ func TestItemLimitFollowsServiceTime(t *testing.T) {
 	impl.delay.Store(int64(20 * time.Millisecond))
 	waitFor("recovered above 500 once the handler was fast again", func(l int64) bool { return l > 500 })
 	t.Logf("limit fell to %d and recovered to %d", fell, srv.ItemLimit())
+}
+
+// gatedRecords answers GetPostRecords once gate is closed.
+type gatedRecords struct {
+	*postRecords
+	gate chan struct{}
+}
+
+func (g *gatedRecords) GetPostRecords(ctx context.Context, req *sluicev1.GetPostRecordsRequest) (*sluicev1.GetPostRecordsResponse, error) {
+	select {
+	case <-g.gate:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return g.postRecords.GetPostRecords(ctx, req)
+}
+
+// Tests that a saturation reading is true while a request waits for items
+// and once after a request was shed, and false otherwise: the item limit
+// is fixed at 1,000 and one waiter fills the queue, so with one request
+// of 1,000 items held in its handler a second waits and a third is shed.
+func TestSaturationReadsWaitersAndSheds(t *testing.T) {
+	cfg := testConfig()
+	cfg.MaxInflightItems, cfg.MinInflightItems, cfg.PieceItems = 1000, 1000, 1000
+	cfg.MaxQueuedRequests = 1
+	impl := &gatedRecords{postRecords: newPostRecords(), gate: make(chan struct{})}
+	srv, err := guard.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := sluicev1.NewPostRecordsClient(serveImpl(t, srv, impl))
+	saturated := srv.Saturation()
+	if saturated() {
+		t.Fatal("an idle guard read saturated")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	call := func() {
+		defer wg.Done()
+		_, _ = client.GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: uris(1000)})
+	}
+	wg.Add(1)
+	go call()
+	for srv.InflightItems() < 1000 {
+		if ctx.Err() != nil {
+			t.Fatal("the first request was never admitted")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	wg.Add(1)
+	go call()
+	for srv.Admission().Waiting == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("the second request never waited")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if !saturated() {
+		t.Fatal("a request waiting for items did not read saturated")
+	}
+	if _, err := client.GetPostRecords(ctx, &sluicev1.GetPostRecordsRequest{Uris: uris(1000)}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("third request: %v, want Unavailable (shed: the queue is full)", err)
+	}
+	close(impl.gate)
+	wg.Wait()
+	if a := srv.Admission(); a.Waiting != 0 || a.InUse != 0 {
+		t.Fatalf("after every request ended: %d waiting, %d items in use", a.Waiting, a.InUse)
+	}
+	if !saturated() {
+		t.Error("the reading after a shed did not read saturated")
+	}
+	if saturated() {
+		t.Error("a second reading with nothing waiting and nothing shed since read saturated")
+	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/guard/adaptive"
 	"github.com/sluice-dev/sluice/internal/guard/budget"
 	"github.com/sluice-dev/sluice/internal/guard/queue"
+	"github.com/sluice-dev/sluice/internal/procs"
 )
 
 // Policy bounds one gRPC method. Every field must be positive: a zero
@@ -83,6 +84,10 @@ type Config struct {
 	AdaptiveInterval time.Duration `yaml:"adaptive_interval"`
 	// MaxInflightRequests bounds the requests being worked on at once.
 	MaxInflightRequests int64 `yaml:"max_inflight_requests"`
+	// SaturatedProcsPerCPU is how many Go processors per CPU `sluice
+	// serve` runs while the guard queues or sheds (package procs); 1
+	// keeps Go's own number throughout, 0 means the default, procs.DefaultPerCPU.
+	SaturatedProcsPerCPU int `yaml:"saturated_procs_per_cpu"`
 	// MaxRecvMsgBytes is the largest request message the transport
 	// decodes; larger ones are refused before they reach memory.
 	MaxRecvMsgBytes int `yaml:"max_recv_msg_bytes"`
@@ -123,17 +128,18 @@ func DefaultPolicy() Policy {
 // the packages that implement services add theirs.
 func DefaultConfig() Config {
 	return Config{
-		Methods:             map[string]Policy{},
-		MaxInflightItems:    20_000,
-		PieceItems:          DefaultPieceItems,
-		AdaptiveTolerance:   adaptive.DefaultTolerance,
-		AdaptiveInterval:    adaptive.DefaultInterval,
-		MaxInflightRequests: 1_024,
-		MaxRecvMsgBytes:     16 << 20,
-		MaxQueuedRequests:   1_024,
-		QueueTarget:         5 * time.Millisecond,
-		QueueInterval:       100 * time.Millisecond,
-		Admission:           budget.DefaultConfig(),
+		Methods:              map[string]Policy{},
+		MaxInflightItems:     20_000,
+		PieceItems:           DefaultPieceItems,
+		AdaptiveTolerance:    adaptive.DefaultTolerance,
+		AdaptiveInterval:     adaptive.DefaultInterval,
+		MaxInflightRequests:  1_024,
+		SaturatedProcsPerCPU: procs.DefaultPerCPU,
+		MaxRecvMsgBytes:      16 << 20,
+		MaxQueuedRequests:    1_024,
+		QueueTarget:          5 * time.Millisecond,
+		QueueInterval:        100 * time.Millisecond,
+		Admission:            budget.DefaultConfig(),
 	}
 }
 
@@ -146,6 +152,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxInflightRequests < 1 {
 		errs = append(errs, fmt.Errorf("guard: max_inflight_requests must be at least 1, got %d", c.MaxInflightRequests))
+	}
+	if c.SaturatedProcsPerCPU < 0 || c.SaturatedProcsPerCPU > procs.MaxPerCPU {
+		errs = append(errs, fmt.Errorf("guard: saturated_procs_per_cpu must be between 1 (Go's own number) and %d, got %d", procs.MaxPerCPU, c.SaturatedProcsPerCPU))
 	}
 	if c.MaxRecvMsgBytes < 1024 {
 		errs = append(errs, fmt.Errorf("guard: max_recv_msg_bytes must be at least 1024, got %d", c.MaxRecvMsgBytes))
@@ -203,6 +212,7 @@ func (c Config) Merge(override Config) Config {
 	out.AdaptiveTolerance = cmp.Or(override.AdaptiveTolerance, c.AdaptiveTolerance)
 	out.AdaptiveInterval = cmp.Or(override.AdaptiveInterval, c.AdaptiveInterval)
 	out.MaxInflightRequests = cmp.Or(override.MaxInflightRequests, c.MaxInflightRequests)
+	out.SaturatedProcsPerCPU = cmp.Or(override.SaturatedProcsPerCPU, c.SaturatedProcsPerCPU)
 	out.MaxRecvMsgBytes = cmp.Or(override.MaxRecvMsgBytes, c.MaxRecvMsgBytes)
 	out.MaxQueuedRequests = cmp.Or(override.MaxQueuedRequests, c.MaxQueuedRequests)
 	out.QueueTarget = cmp.Or(override.QueueTarget, c.QueueTarget)

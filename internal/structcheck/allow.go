@@ -14,6 +14,7 @@ var Allowed = map[string]Site{
 	"internal/guard.(*Server).Serve":          lifecycle("the silent-stream sweep: one goroutine, stopped when Serve returns"),
 	"internal/telemetry.newAsyncWriter":       lifecycle("the log writer: one goroutine per writer, ends when the writer is closed"),
 	"cmd/sluice.serve":                        lifecycle("SIGHUP reload loop: one goroutine, ends with the serve context"),
+	"cmd/sluice.followSaturation":             lifecycle("the processors follower (package procs): one goroutine, ends with the serve context"),
 	"internal/store/cqlstore.(*Store).reopen": lifecycle("replaces stuck CQL sessions: one goroutine at a time (it holds the healer's lock), at most once per stuckAfter; Close waits for it"),
 
 	// Stream end: one context.AfterFunc per admitted stream, at most max_streams; a unary stream's handler stops it on return, so it runs only for a stream that ends first.
