@@ -71,8 +71,19 @@ func followSaturation(ctx context.Context, perCPU int, g *guard.Server, log *slo
 	}
 	log.Info("processors", "gomaxprocs", cfg.Base, "saturated", cfg.Saturated,
 		"raise_after", cfg.RaiseAfter, "lower_after", cfg.LowerAfter)
-	c := procs.New(cfg, func(n int) { runtime.GOMAXPROCS(n) })
+	c := procs.New(cfg, func(n int) { setProcs(n, cfg.Base) })
 	go procs.Run(ctx, c, procs.DefaultEvery, g.Saturation())
+}
+
+// setProcs sets GOMAXPROCS to n; back at base it gives the number back
+// to the runtime, which then follows the CPUs and quota it may use
+// again, as it did before the first raise.
+func setProcs(n, base int) {
+	if n == base {
+		runtime.SetDefaultGOMAXPROCS()
+		return
+	}
+	runtime.GOMAXPROCS(n)
 }
 
 // gcPercentLogged is the GOGC in force: the plan's, or the environment's
