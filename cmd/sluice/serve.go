@@ -61,29 +61,38 @@ func serve(ctx context.Context, args []string) error {
 }
 
 // followSaturation raises Go's processors to perCPU per CPU while the
-// guard queues or sheds, and lowers them once it is calm (package
-// procs), until ctx ends; or, when the plan is for none, logs why.
+// guard queues or sheds, and gives them back to Go once it is calm
+// (package procs), until ctx ends; or, when the plan is for none, logs
+// why.
 func followSaturation(ctx context.Context, perCPU int, g *guard.Server, log *slog.Logger) {
-	cfg, off := procs.Plan(cmp.Or(perCPU, procs.DefaultPerCPU), os.Getenv("GOMAXPROCS"), runtime.GOMAXPROCS(0), runtime.NumCPU())
+	cfg, off := procs.Plan(cmp.Or(perCPU, procs.DefaultPerCPU), os.Getenv("GOMAXPROCS"))
 	if off != "" {
 		log.Info("processors", "gomaxprocs", runtime.GOMAXPROCS(0), "saturated", "unchanged", "because", off)
 		return
 	}
-	log.Info("processors", "gomaxprocs", cfg.Base, "saturated", cfg.Saturated,
+	n, ok := procs.SaturatedProcs(cfg.PerCPU, runtime.GOMAXPROCS(0), runtime.NumCPU())
+	saturated := strconv.Itoa(n)
+	if !ok {
+		saturated = fmt.Sprintf("unchanged while Go runs %d processors on %d CPUs (a CPU quota)", runtime.GOMAXPROCS(0), runtime.NumCPU())
+	}
+	log.Info("processors", "gomaxprocs", runtime.GOMAXPROCS(0), "saturated", saturated, "per_cpu", cfg.PerCPU,
 		"raise_after", cfg.RaiseAfter, "lower_after", cfg.LowerAfter)
-	c := procs.New(cfg, func(n int) { setProcs(n, cfg.Base) })
+	c := procs.New(cfg, func(raise bool) { setProcs(raise, cfg.PerCPU) })
 	go procs.Run(ctx, c, procs.DefaultEvery, g.Saturation())
 }
 
-// setProcs sets GOMAXPROCS to n; back at base it gives the number back
-// to the runtime, which then follows the CPUs and quota it may use
-// again, as it did before the first raise.
-func setProcs(n, base int) {
-	if n == base {
+// setProcs raises GOMAXPROCS to perCPU times Go's own number, read at
+// the raise so that it follows CPUs and quotas that change while
+// serving, unless a CPU quota holds Go below the CPUs; lowering gives
+// the number back to the runtime, which then follows them again.
+func setProcs(raise bool, perCPU int) {
+	if !raise {
 		runtime.SetDefaultGOMAXPROCS()
 		return
 	}
-	runtime.GOMAXPROCS(n)
+	if n, ok := procs.SaturatedProcs(perCPU, runtime.GOMAXPROCS(0), runtime.NumCPU()); ok {
+		runtime.GOMAXPROCS(n)
+	}
 }
 
 // gcPercentLogged is the GOGC in force: the plan's, or the environment's

@@ -78,7 +78,7 @@ func TestConfigErrors(t *testing.T) {
 		{name: "bad budget", yaml: "admission:\n  clients:\n    bulk: {items_per_second: 0, burst: 1, max_inflight_items: 1}\n", want: `admission: client "bulk": items_per_second must be a positive number`},
 		{name: "light reserve over the cap", yaml: "guard:\n  light_reserve_items: 30000\n", want: "light_reserve_items must be between 0 (one piece) and max_inflight_items 20000, got 30000"},
 		{name: "negative queue", yaml: "guard:\n  max_queued_requests: -1\n", want: "guard: max_queued_requests must be at least 1, got -1"},
-		{name: "processors per CPU over the most", yaml: "guard:\n  saturated_procs_per_cpu: 9\n", want: "guard: saturated_procs_per_cpu must be between 1 (Go's own number) and 8, got 9"},
+		{name: "processors per CPU over the most", yaml: "guard:\n  saturated_procs_per_cpu: 9\n", want: "guard: saturated_procs_per_cpu must be between 1 (Go's own number) and 8, or 0 for the default 2, got 9"},
 		{name: "queue target over interval", yaml: "guard:\n  queue_target: 1s\n", want: "target 1s must not exceed interval 100ms"},
 		{name: "tombstone shorter than a split batch", yaml: "guard:\n  methods:\n    sluice.v1.PostRecords/GetPostRecords:\n      oversize:\n        indexer: {mode: split, max_split_items: 25000, timeout: 10s}\n", want: `tombstone_ttl 5s must be at least 11.5s: the longest request timeout (10s, the split timeout of client "indexer" on sluice.v1.PostRecords/GetPostRecords)`},
 		{name: "tombstone too short", yaml: "cache:\n  tombstone_ttl: 1s\n", want: "tombstone_ttl 1s must be at least 3.5s: the longest request timeout (2s, method "},

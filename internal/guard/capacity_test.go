@@ -99,6 +99,9 @@ func TestSaturationReadsWaitersAndSheds(t *testing.T) {
 	cfg := testConfig()
 	cfg.MaxInflightItems, cfg.MinInflightItems, cfg.PieceItems = 1000, 1000, 1000
 	cfg.MaxQueuedRequests = 1
+	// The waiter must wait until the test has read it, not be shed for
+	// having waited a queue interval (100ms by default) on a busy machine.
+	cfg.QueueInterval, cfg.QueueTarget = time.Minute, time.Minute
 	impl := &gatedRecords{postRecords: newPostRecords(), gate: make(chan struct{})}
 	srv, err := guard.New(cfg)
 	if err != nil {

@@ -154,7 +154,7 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("guard: max_inflight_requests must be at least 1, got %d", c.MaxInflightRequests))
 	}
 	if c.SaturatedProcsPerCPU < 0 || c.SaturatedProcsPerCPU > procs.MaxPerCPU {
-		errs = append(errs, fmt.Errorf("guard: saturated_procs_per_cpu must be between 1 (Go's own number) and %d, got %d", procs.MaxPerCPU, c.SaturatedProcsPerCPU))
+		errs = append(errs, fmt.Errorf("guard: saturated_procs_per_cpu must be between 1 (Go's own number) and %d, or 0 for the default %d, got %d", procs.MaxPerCPU, procs.DefaultPerCPU, c.SaturatedProcsPerCPU))
 	}
 	if c.MaxRecvMsgBytes < 1024 {
 		errs = append(errs, fmt.Errorf("guard: max_recv_msg_bytes must be at least 1024, got %d", c.MaxRecvMsgBytes))

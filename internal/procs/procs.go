@@ -27,14 +27,15 @@ import (
 	"time"
 )
 
-// Config is how many processors to run and when to change.
+// Config is how many processors to run while saturated and when to
+// change.
 type Config struct {
-	// Base is the processors when calm (Go's own GOMAXPROCS), Saturated
-	// those while saturated.
-	Base, Saturated int
+	// PerCPU is the processors per processor Go runs by default (one per
+	// CPU it may use) while saturated.
+	PerCPU int
 	// RaiseAfter is how long every reading must say saturated before
 	// the processors are raised; LowerAfter how long every reading must
-	// say calm before they go back to Base.
+	// say calm before they go back to Go's own number.
 	RaiseAfter, LowerAfter time.Duration
 }
 
@@ -54,23 +55,30 @@ const (
 	MaxPerCPU     = 8
 )
 
-// Plan returns the Config for perCPU processors per core while saturated,
-// or, when there is to be none, why. env is the GOMAXPROCS environment
-// variable, procs Go's GOMAXPROCS and cpus the CPUs the process may use.
-// It plans none when perCPU is 1, when the environment sets GOMAXPROCS
-// (the operator's number stands), and when Go runs fewer processors than
-// the CPUs it may use: a CPU quota, which more threads than it allows
-// would exhaust early in each period and then be throttled for the rest.
-func Plan(perCPU int, env string, procs, cpus int) (Config, string) {
+// Plan returns the Config for perCPU processors per CPU while saturated,
+// or, when there is to be none, why: perCPU is 1 or less, or env (the
+// GOMAXPROCS environment variable) is set, whose number stands.
+func Plan(perCPU int, env string) (Config, string) {
 	switch {
 	case perCPU <= 1:
-		return Config{}, "saturated_procs_per_cpu is 1"
+		return Config{}, fmt.Sprintf("saturated_procs_per_cpu is %d", perCPU)
 	case env != "":
 		return Config{}, "GOMAXPROCS is set in the environment"
-	case procs < cpus:
-		return Config{}, fmt.Sprintf("Go runs %d processors on %d CPUs (a CPU quota)", procs, cpus)
 	}
-	return Config{Base: procs, Saturated: procs * perCPU, RaiseAfter: DefaultRaiseAfter, LowerAfter: DefaultLowerAfter}, ""
+	return Config{PerCPU: perCPU, RaiseAfter: DefaultRaiseAfter, LowerAfter: DefaultLowerAfter}, ""
+}
+
+// SaturatedProcs returns the processors to run while saturated when Go runs
+// procs by default on cpus CPUs, or false when Go runs fewer than the
+// CPUs the process may use: a CPU quota below the CPU count, which more
+// threads would spend early in each period and then be throttled for
+// the rest of it. It is asked at each raise, so it follows CPUs and
+// quotas that change while serving.
+func SaturatedProcs(perCPU, procs, cpus int) (int, bool) {
+	if procs < cpus {
+		return procs, false
+	}
+	return procs * perCPU, true
 }
 
 // Controller raises and lowers the processors from readings of whether
@@ -78,7 +86,7 @@ func Plan(perCPU int, env string, procs, cpus int) (Config, string) {
 // goroutine (Run) feeds it.
 type Controller struct {
 	cfg    Config
-	set    func(int)
+	set    func(raise bool)
 	raised bool
 	// reading is the last reading and since when it has held.
 	reading bool
@@ -86,8 +94,9 @@ type Controller struct {
 	read    bool // a reading has been taken
 }
 
-// New returns a Controller that calls set with the processors to run.
-func New(cfg Config, set func(int)) *Controller {
+// New returns a Controller that calls set(true) to raise the processors
+// and set(false) to give them back to Go's own number.
+func New(cfg Config, set func(raise bool)) *Controller {
 	return &Controller{cfg: cfg, set: set}
 }
 
@@ -100,10 +109,10 @@ func (c *Controller) Observe(saturated bool, now time.Time) {
 	held := now.Sub(c.since)
 	switch {
 	case saturated && !c.raised && held >= c.cfg.RaiseAfter:
-		c.set(c.cfg.Saturated)
+		c.set(true)
 		c.raised = true
 	case !saturated && c.raised && held >= c.cfg.LowerAfter:
-		c.set(c.cfg.Base)
+		c.set(false)
 		c.raised = false
 	}
 }
@@ -111,10 +120,10 @@ func (c *Controller) Observe(saturated bool, now time.Time) {
 // Raised reports whether the processors are raised now.
 func (c *Controller) Raised() bool { return c.raised }
 
-// Stop puts the processors back to Base.
+// Stop gives the processors back to Go's own number if they are raised.
 func (c *Controller) Stop() {
 	if c.raised {
-		c.set(c.cfg.Base)
+		c.set(false)
 		c.raised = false
 	}
 }
