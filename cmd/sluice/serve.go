@@ -70,12 +70,13 @@ func followSaturation(ctx context.Context, perCPU int, g *guard.Server, log *slo
 		log.Info("processors", "gomaxprocs", runtime.GOMAXPROCS(0), "saturated", "unchanged", "because", off)
 		return
 	}
-	n, ok := procs.SaturatedProcs(cfg.PerCPU, runtime.GOMAXPROCS(0), runtime.NumCPU())
+	now, cpus := runtime.GOMAXPROCS(0), runtime.NumCPU()
+	n, ok := procs.SaturatedProcs(cfg.PerCPU, now, cpus)
 	saturated := strconv.Itoa(n)
 	if !ok {
-		saturated = fmt.Sprintf("unchanged while Go runs %d processors on %d CPUs (a CPU quota)", runtime.GOMAXPROCS(0), runtime.NumCPU())
+		saturated = fmt.Sprintf("unchanged while Go runs %d processors on %d CPUs (a CPU quota)", now, cpus)
 	}
-	log.Info("processors", "gomaxprocs", runtime.GOMAXPROCS(0), "saturated", saturated, "per_cpu", cfg.PerCPU,
+	log.Info("processors", "gomaxprocs", now, "saturated", saturated, "per_cpu", cfg.PerCPU,
 		"raise_after", cfg.RaiseAfter, "lower_after", cfg.LowerAfter)
 	c := procs.New(cfg, func(raise bool) { setProcs(raise, cfg.PerCPU) })
 	go procs.Run(ctx, c, procs.DefaultEvery, g.Saturation())

@@ -30,8 +30,8 @@ import (
 // Config is how many processors to run while saturated and when to
 // change.
 type Config struct {
-	// PerCPU is the processors per processor Go runs by default (one per
-	// CPU it may use) while saturated.
+	// PerCPU multiplies Go's own number of processors (one per CPU it
+	// may use) while saturated.
 	PerCPU int
 	// RaiseAfter is how long every reading must say saturated before
 	// the processors are raised; LowerAfter how long every reading must
@@ -72,8 +72,9 @@ func Plan(perCPU int, env string) (Config, string) {
 // procs by default on cpus CPUs, or false when Go runs fewer than the
 // CPUs the process may use: a CPU quota below the CPU count, which more
 // threads would spend early in each period and then be throttled for
-// the rest of it. It is asked at each raise, so it follows CPUs and
-// quotas that change while serving.
+// the rest of it. It is asked at each raise with Go's number then, so it
+// follows a quota or affinity that changes while serving (cpus, from
+// runtime.NumCPU, is the count at start-up).
 func SaturatedProcs(perCPU, procs, cpus int) (int, bool) {
 	if procs < cpus {
 		return procs, false

@@ -59,7 +59,7 @@ func TestLowersOnlyAfterCalmThatLasts(t *testing.T) {
 	if !slices.Equal(r.calls, []bool{raise}) {
 		t.Fatalf("calm shorter than LowerAfter changed the processors: %v", r.calls)
 	}
-	// Calm for 5s: back to Base.
+	// Calm for 5s: back to Go's own number.
 	feed(c, now, repeat(false, 51)...)
 	if !slices.Equal(r.calls, []bool{raise, lower}) || c.Raised() {
 		t.Fatalf("after 5s of calm: set %v, want a raise, then a lower", r.calls)
