@@ -48,10 +48,13 @@ const storeOpenTimeout = 30 * time.Second
 
 // App is one assembled sluice server.
 type App struct {
-	cfg   Config
-	log   *slog.Logger
-	Store store.Store
-	Cache *cache.Cache
+	cfg Config
+	log *slog.Logger
+	// postOpts are every posts.Service's options: the logger and the
+	// refused-values counter.
+	postOpts []posts.Option
+	Store    store.Store
+	Cache    *cache.Cache
 	// Near is the in-process near cache in front of Cache; the read path
 	// goes through it (it passes every read to Cache when its TTL is 0).
 	Near      *nearcache.Cache
@@ -174,8 +177,13 @@ func (a *App) build() error {
 	if err != nil {
 		return err
 	}
+	refused, err := a.Telemetry.RefusedValues()
+	if err != nil {
+		return err
+	}
+	a.postOpts = []posts.Option{posts.WithLogger(a.log), posts.WithRefusedValues(refused)}
 	a.Posts = posts.New(aturi.PostCollection, a.Near, instrumented, posts.DefaultWriteLimits(),
-		posts.WithTracerProvider(tp), posts.WithLogger(a.log), a.afterStoreWrite())
+		append(a.postOpts, posts.WithTracerProvider(tp), a.afterStoreWrite())...)
 	if err := a.Guard.Register(&sluicev1.PostRecords_ServiceDesc, rpc.NewPostRecords(a.Posts, requests).WithLimits(a.Guard)); err != nil {
 		return err
 	}
@@ -260,11 +268,11 @@ func (a *App) registerBsky(st store.Store, requests *telemetry.Requests) error {
 	for _, c := range bskyrpc.Collections() {
 		services[c] = a.Posts
 		if c != a.Posts.Collection() {
-			services[c] = posts.New(c, a.Near, st, posts.DefaultWriteLimits(), posts.WithLogger(a.log))
+			services[c] = posts.New(c, a.Near, st, posts.DefaultWriteLimits(), a.postOpts...)
 		}
 	}
-	threads := posts.New(opthread.Collection, a.Cache, st, posts.WriteLimits{MaxRecordBytes: records.MaxIndexBytes}, posts.WithLogger(a.log))
-	graph := posts.New(socialgraph.Collection, a.Cache, st, posts.DefaultWriteLimits(), posts.WithLogger(a.log))
+	threads := posts.New(opthread.Collection, a.Cache, st, posts.WriteLimits{MaxRecordBytes: records.MaxIndexBytes}, a.postOpts...)
+	graph := posts.New(socialgraph.Collection, a.Cache, st, posts.DefaultWriteLimits(), a.postOpts...)
 	svc := bskyrpc.New(func(collection string) *posts.Service {
 		if collection == opthread.Collection {
 			return threads

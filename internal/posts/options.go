@@ -15,12 +15,13 @@ type options struct {
 	tracer          spans.Tracer
 	log             *slog.Logger
 	afterStoreWrite func(uris []string)
+	refused         func(collection string, n int)
 }
 
 const tracerName = "github.com/sluice-dev/sluice/internal/posts"
 
 func defaultOptions() options {
-	return options{log: slog.New(slog.DiscardHandler), afterStoreWrite: func([]string) {}}
+	return options{log: slog.New(slog.DiscardHandler), afterStoreWrite: func([]string) {}, refused: func(string, int) {}}
 }
 
 // WithTracerProvider gives each read a span (posts.Get: client, batch
@@ -43,4 +44,11 @@ func WithLogger(l *slog.Logger) Option {
 // hook for the crash between the two. Default: nothing.
 func WithAfterStoreWrite(fn func(uris []string)) Option {
 	return func(o *options) { o.afterStoreWrite = fn }
+}
+
+// WithRefusedValues calls count with the number of cached values a read
+// refused (checkWire: malformed, or naming another URI), by collection,
+// for a metric. Default: nothing.
+func WithRefusedValues(count func(collection string, n int)) Option {
+	return func(o *options) { o.refused = count }
 }

@@ -237,7 +237,7 @@ func (s *Service) read(ctx context.Context, uris []string, encoded bool) ([]Resu
 	})
 	defer span.End()
 	results := make([]Result, len(uris))
-	var misses []string
+	var misses, refused []string
 	var missAt []int // misses[k] is uris[missAt[k]]
 	cached := s.cached(ctx, uris)
 	if span.IsRecording() {
@@ -249,6 +249,7 @@ func (s *Service) read(ctx context.Context, uris []string, encoded bool) ([]Resu
 				results[i] = r
 				continue
 			}
+			refused = append(refused, uri)
 		}
 		misses = append(misses, uri)
 		missAt = append(missAt, i)
@@ -261,6 +262,7 @@ func (s *Service) read(ctx context.Context, uris []string, encoded bool) ([]Resu
 	if len(misses) == 0 {
 		return results, count(results), nil
 	}
+	s.discard(ctx, refused)
 	fills := make(map[string]cache.Entry, len(loaded))
 	for k, uri := range misses {
 		e := encodeEntry(loaded[k])
@@ -553,6 +555,24 @@ func (a cacheAnswer) entry(i int) (cache.Entry, bool) {
 		return a.one.Entry, a.one.Hit
 	}
 	return a.batch[i].Entry, a.batch[i].Hit
+}
+
+// discard replaces cached values the read refused with tombstones, as a
+// write does, so that the refill after the tombstone's TTL stores the
+// record read from the store: a refill is an ADD, which a value already
+// there refuses, so a refused value would otherwise send every read of
+// its URI to the store until it expired (the cache's TTL). A tombstone
+// only ever turns a hit into a miss, so writing one cannot put a stale
+// record back. It counts and logs them: a refused value is a value this
+// build cannot serve, written by something else or damaged.
+func (s *Service) discard(ctx context.Context, uris []string) {
+	if len(uris) == 0 {
+		return
+	}
+	s.opts.refused(s.collection, len(uris))
+	err := s.cache.Invalidate(ctx, uris)
+	s.opts.log.WarnContext(ctx, "cached values refused: malformed or naming another URI; read from the store and tombstoned",
+		"component", "cache", "kind", "refused", "collection", s.collection, "count", len(uris), "first", uris[0], "tombstone_error", err)
 }
 
 // decodeEntry turns a cache hit into a Result carrying the cached

@@ -68,3 +68,18 @@ func (t *Telemetry) ObserveCacheLimit(maxConns int, servers []string) error {
 		}))
 	return err
 }
+
+// RefusedValues returns the counter sluice_cache_refused_values_total
+// {collection} for posts.WithRefusedValues: cached values the read path
+// refused (malformed, or naming another URI), each read from the store
+// and its key tombstoned.
+func (t *Telemetry) RefusedValues() (func(collection string, n int), error) {
+	c, err := t.meter.Int64Counter("sluice.cache.refused_values",
+		metric.WithDescription("Cached values the read path refused (malformed, or naming another URI), by collection: each was read from the store instead and its key tombstoned."))
+	if err != nil {
+		return nil, err
+	}
+	return func(collection string, n int) {
+		c.Add(context.Background(), int64(n), metric.WithAttributes(attribute.String("collection", collection)))
+	}, nil
+}
