@@ -84,9 +84,10 @@ type Config struct {
 	// own flow in fair queuing; a named client's entry is a whole budget.
 	Clients map[string]Budget `yaml:"clients"`
 	// UnlistedFlows is how many fair-queuing flows all callers not named
-	// in Clients share, each name hashed onto one of them: so callers
-	// that invent names get at most this many shares together, and the
-	// state kept for them stays bounded. 0 means DefaultUnlistedFlows.
+	// in Clients share (a name gets a free one while any is, else the one
+	// it hashes to; guard's unlistedFlows): so callers that invent names
+	// get at most this many shares together, and the state kept for them
+	// stays bounded. 0 means DefaultUnlistedFlows.
 	UnlistedFlows int `yaml:"unlisted_flows"`
 }
 
