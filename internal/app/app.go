@@ -184,7 +184,7 @@ func (a *App) build() error {
 	a.postOpts = []posts.Option{posts.WithLogger(a.log), posts.WithRefusedValues(refused)}
 	a.Posts = posts.New(aturi.PostCollection, a.Near, instrumented, posts.DefaultWriteLimits(),
 		append(a.postOpts, posts.WithTracerProvider(tp), a.afterStoreWrite())...)
-	if err := a.Guard.Register(&sluicev1.PostRecords_ServiceDesc, rpc.NewPostRecords(a.Posts, requests).WithLimits(a.Guard)); err != nil {
+	if err := a.Guard.Register(&sluicev1.PostRecords_ServiceDesc, rpc.NewPostRecords(a.Posts, requests).WithLimits(a.Guard).WithHorizon(a.Near.Horizon())); err != nil {
 		return err
 	}
 	if err := a.registerBsky(instrumented, requests); err != nil {

@@ -319,9 +319,12 @@ func TestTakedownSeenAtOnceThroughAnotherReplicasNearCache(t *testing.T) {
 		c.Near.TTL = time.Second
 		// Patient writes on a busy machine: the takedown itself may take
 		// longer than the default timeout leaves beside the horizon.
-		for _, m := range []string{"PutRecords", "UpdateTakedowns"} {
-			name := sluicev1.Records_ServiceDesc.ServiceName + "/" + m
-			p := c.Guard.Methods[name]
+		for _, name := range []string{sluicev1.Records_ServiceDesc.ServiceName + "/PutRecords", sluicev1.Records_ServiceDesc.ServiceName + "/UpdateTakedowns",
+			sluicev1.PostRecords_ServiceDesc.ServiceName + "/PutPostRecords"} {
+			p, ok := c.Guard.Methods[name]
+			if !ok {
+				t.Fatalf("no policy for %s", name)
+			}
 			p.Timeout = 4 * time.Second
 			c.Guard.Methods[name] = p
 		}
@@ -349,6 +352,22 @@ func TestTakedownSeenAtOnceThroughAnotherReplicasNearCache(t *testing.T) {
 		if got := reader.readTakedown(t, rec.Uri); got != (step.ref != "") {
 			t.Fatalf("%s acknowledged, but the replica holding the post in its near cache answers taken down = %v", step.name, got)
 		}
+	}
+	// A takedown sent as a plain put of the record (sluice.v1.PostRecords)
+	// is answered only after the horizon too.
+	reader.readFromNearCache(t, rec.Uri, true)
+	posts := sluicev1.NewPostRecordsClient(writer.conn)
+	got, err := posts.GetPostRecords(writer.appviewCtx(), &sluicev1.GetPostRecordsRequest{Uris: []string{rec.Uri}})
+	if err != nil || len(got.GetRecords()) != 1 || !got.GetRecords()[0].GetFound() {
+		t.Fatalf("GetPostRecords = %v, %v", got, err)
+	}
+	down := got.GetRecords()[0]
+	down.TakedownRef = "mod:put"
+	if _, err := posts.PutPostRecords(writer.appviewCtx(), &sluicev1.PutPostRecordsRequest{Records: []*sluicev1.PostRecord{down}}); err != nil {
+		t.Fatalf("PutPostRecords with a takedown: %v", err)
+	}
+	if !reader.readTakedown(t, rec.Uri) {
+		t.Fatal("a takedown put through PutPostRecords acknowledged, but the replica holding the post in its near cache answers it visible")
 	}
 }
 

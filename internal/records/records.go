@@ -170,10 +170,7 @@ func (w *Writer) Put(ctx context.Context, recs []store.Record) (int, error) {
 	if err := w.indexEdges(ctx, parsed, recs); err != nil {
 		return written, err
 	}
-	if anyTakenDown(recs) {
-		return written, w.settle(ctx)
-	}
-	return written, nil
+	return written, SettleTakedowns(ctx, w.horizon, recs)
 }
 
 func anyTakenDown(recs []store.Record) bool {
@@ -185,20 +182,36 @@ func anyTakenDown(recs []store.Record) bool {
 	return false
 }
 
-// settle waits out the horizon: until no replica's near cache answers a
-// value read before the invalidations just made. The change is stored and
-// invalidated either way; an error says only that the caller left first.
-func (w *Writer) settle(ctx context.Context) error {
-	if w.horizon <= 0 {
+// settle waits out the horizon (Settle).
+func (w *Writer) settle(ctx context.Context) error { return Settle(ctx, w.horizon) }
+
+// SettleTakedowns is Settle after a write of recs that takes any of them
+// down, and nothing otherwise: every writer of records that may carry a
+// takedown (this package's Writer, sluice.v1.PostRecords' plain puts)
+// answers it only once no replica's near cache can answer the record as
+// it was before.
+func SettleTakedowns(ctx context.Context, horizon time.Duration, recs []store.Record) error {
+	if !anyTakenDown(recs) {
 		return nil
 	}
-	t := time.NewTimer(w.horizon)
+	return Settle(ctx, horizon)
+}
+
+// Settle waits out horizon (a near cache's, nearcache.Cache.Horizon):
+// until no replica's near cache answers a value read before the
+// invalidations just made. The change is stored and invalidated either
+// way; an error says only that the caller left first.
+func Settle(ctx context.Context, horizon time.Duration) error {
+	if horizon <= 0 {
+		return nil
+	}
+	t := time.NewTimer(horizon)
 	defer t.Stop()
 	select {
 	case <-t.C:
 		return nil
 	case <-ctx.Done():
-		return fmt.Errorf("the change is stored, but other replicas may answer the old state for up to %v more: %w", w.horizon, ctx.Err())
+		return fmt.Errorf("the change is stored, but other replicas may answer the old state for up to %v more: %w", horizon, ctx.Err())
 	}
 }
 

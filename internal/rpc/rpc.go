@@ -23,6 +23,7 @@ import (
 	"github.com/sluice-dev/sluice/internal/guard/budget"
 	"github.com/sluice-dev/sluice/internal/identity"
 	"github.com/sluice-dev/sluice/internal/posts"
+	"github.com/sluice-dev/sluice/internal/records"
 	"github.com/sluice-dev/sluice/internal/store"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -53,6 +54,7 @@ type PostRecords struct {
 	posts    *posts.Service
 	recorder ItemRecorder
 	limits   Limits
+	horizon  time.Duration // WithHorizon
 }
 
 // NewPostRecords returns the service over p; rec may be nil.
@@ -83,6 +85,15 @@ func DefaultPolicies() map[string]guard.Policy {
 // Unimplemented.
 func (s *PostRecords) WithLimits(l Limits) *PostRecords {
 	s.limits = l
+	return s
+}
+
+// WithHorizon makes PutPostRecords answer a batch that takes a record
+// down only once d (the near cache's horizon) has passed, as
+// sluice.v1.Records does (records.SettleTakedowns): then no replica's
+// near cache answers the record as it was before.
+func (s *PostRecords) WithHorizon(d time.Duration) *PostRecords {
+	s.horizon = d
 	return s
 }
 
@@ -179,6 +190,9 @@ func (s *PostRecords) PutPostRecords(ctx context.Context, req *sluicev1.PutPostR
 		recs[i] = posts.FromProto(pr)
 	}
 	n, err := s.posts.Put(ctx, recs)
+	if err == nil {
+		err = records.SettleTakedowns(ctx, s.horizon, recs)
+	}
 	if err != nil {
 		return nil, toStatus("PutPostRecords", err)
 	}
