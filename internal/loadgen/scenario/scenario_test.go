@@ -221,7 +221,10 @@ func TestPickerSkew(t *testing.T) {
 }
 
 // Tests that the presets are valid and that incident is steady plus one
-// bulk client of 15,000–20,000-URI batches at 3 requests/s.
+// bulk client of 15,000–20,000-URI batches at 3 requests/s, fair-share
+// steady plus eight heavy callers under their own names, each sending
+// 1,000-URI batches at 10 requests/s with a 2s deadline (80,000 items/s
+// in all), and split steady plus the trusted caller's 20,000-URI batches.
 func TestPresets(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "uris.txt")
@@ -270,7 +273,28 @@ func TestPresets(t *testing.T) {
 	if trusted := split.Clients[len(split.Clients)-1]; len(split.Clients) != len(steady.Clients)+1 || trusted.Name != SplitCaller || trusted.Batch.MaxSize() != 20_000 {
 		t.Errorf("split preset: %d clients, last %+v; want steady plus %s sending 20,000 URIs", len(split.Clients), trusted, SplitCaller)
 	}
-	if _, err := Preset("outage", file); err == nil || !strings.Contains(err.Error(), "incident, split, steady") {
+	fair, err := Preset("fair-share", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fair.Normalize()
+	if err := fair.Validate(); err != nil {
+		t.Fatalf("fair-share: %v", err)
+	}
+	if len(fair.Clients) != len(steady.Clients)+HeavyCallers || HeavyCallers != 8 {
+		t.Fatalf("fair-share has %d clients, want steady's %d plus %d heavy callers (8)", len(fair.Clients), len(steady.Clients), HeavyCallers)
+	}
+	var heavyItems float64
+	for i, c := range fair.Clients[len(steady.Clients):] {
+		if want := fmt.Sprintf("heavy-%d", i+1); c.Name != want || c.Rate != 10 || c.Timeout != 2*time.Second || c.Batch.Dist != Fixed || c.Batch.MaxSize() != 1000 {
+			t.Errorf("fair-share heavy caller %d: %+v; want %s sending 1,000 URIs at 10 requests/s with a 2s deadline", i+1, c, want)
+		}
+		heavyItems += c.Rate * float64(c.Batch.MaxSize())
+	}
+	if heavyItems != 80_000 {
+		t.Errorf("fair-share's heavy callers offer %v items/s in all, want 80,000", heavyItems)
+	}
+	if _, err := Preset("outage", file); err == nil || !strings.Contains(err.Error(), "fair-share, incident, split, steady") {
 		t.Errorf("unknown preset: %v", err)
 	}
 }
