@@ -97,8 +97,15 @@ func (c Config) validateOversize(name string, p Policy) []error {
 			errs = append(errs, fmt.Errorf("guard: method %s: %w", name, err))
 			continue
 		}
-		if _, listed := c.Admission.Clients[client]; o.splits() && !listed {
+		b, listed := c.Admission.Clients[client]
+		switch {
+		case !o.splits():
+		case !listed:
 			errs = append(errs, fmt.Errorf("guard: method %s: oversize: client %q may split only with a budget of its own under admission.clients", name, client))
+		case b.Burst < min(p.MaxItems, c.PieceItems):
+			// Each piece is charged to the budget whole: a bucket smaller
+			// than a piece would refuse every piece, for good.
+			errs = append(errs, fmt.Errorf("guard: method %s: oversize: client %q may split only with a burst of at least one piece (%d items, the smaller of max_items and piece_items), got burst %d", name, client, min(p.MaxItems, c.PieceItems), b.Burst))
 		}
 	}
 	return errs

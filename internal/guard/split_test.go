@@ -181,6 +181,32 @@ func TestSplitConfigRefused(t *testing.T) {
 	}
 }
 
+// Tests that start-up refuses split for a client whose burst is smaller
+// than a piece: each piece is charged to its budget whole, so every piece
+// would be refused for good (ResourceExhausted, with no retry that could
+// help); a burst of exactly one piece is accepted.
+func TestSplitNeedsABurstOfAPiece(t *testing.T) {
+	for burst, want := range map[int]string{99: "burst of at least one piece (100 items", 100: ""} {
+		cfg := testConfig()
+		cfg.PieceItems = 100
+		cfg.Admission = budget.DefaultConfig()
+		cfg.Admission.Clients = map[string]budget.Budget{"indexer": {ItemsPerSecond: 1000, Burst: burst, MaxInflightItems: 1000}}
+		p := cfg.Methods[getMany]
+		p.Oversize = map[string]guard.Oversize{"indexer": {Mode: guard.OversizeSplit, MaxSplitItems: 5000}}
+		cfg.Methods[getMany] = p
+		srv, err := guard.New(cfg)
+		if err == nil {
+			err = srv.Register(&sluicev1.PostRecords_ServiceDesc, newPostRecords())
+		}
+		switch {
+		case want == "" && err != nil:
+			t.Errorf("burst %d: %v, want accepted", burst, err)
+		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+			t.Errorf("burst %d: got %v, want an error containing %q", burst, err, want)
+		}
+	}
+}
+
 // Tests that a split batch yields to interactive work instead of failing
 // whole: while one interactive batch holds all the item capacity and
 // another waits for it, the indexer's pieces (batch work) are shed on
