@@ -23,6 +23,13 @@ import (
 // unlisted_flows unlisted callers of equal weight get equal shares, not
 // the lottery of a hash, and a flood of names still gets no more than
 // unlisted_flows shares.
+//
+// Nor more than admission.unlisted_weight shares: each flow in use (its
+// holder seen within unlistedIdle) has the default budget's weight while
+// their sum stays within unlisted_weight, and an even part of it beyond.
+// So with the defaults (64 flows, a weight of 8) eight unnamed callers
+// weigh as much each as a listed client, and a flood holding all 64
+// flows weighs eight listed clients together, not 64.
 
 // unlistedPrefix starts the names of shared flows; it cannot begin a
 // client name from metadata or a certificate.
@@ -31,6 +38,10 @@ const unlistedPrefix = "\x00unlisted/"
 // unlistedIdle is how long an unlisted name keeps its flow without
 // calling.
 const unlistedIdle = 10 * time.Second
+
+// recountEvery is how often the flows in use are counted afresh; between
+// counts a flow newly given to a name adds one.
+const recountEvery = 100 * time.Millisecond
 
 var flowSeed = maphash.MakeSeed()
 
@@ -41,6 +52,9 @@ type unlistedFlows struct {
 	holders []holder       // by flow
 	byName  map[string]int // the flow each holder holds
 	names   []string       // the flows' names, by flow, built once per flow count
+
+	inUse     int       // flows whose holder was seen within unlistedIdle, as of countedAt (and given since)
+	countedAt time.Time // when inUse was last counted
 }
 
 type holder struct {
@@ -49,14 +63,31 @@ type holder struct {
 }
 
 // flow returns the name of the flow, among n, that name's requests count
-// against at now.
-func (u *unlistedFlows) flow(name string, n int, now time.Time) string {
+// against at now, and how many flows are in use.
+func (u *unlistedFlows) flow(name string, n int, now time.Time) (flow string, inUse int) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if len(u.holders) != n { // first use, or the config changed
 		u.holders, u.byName, u.names = make([]holder, n), make(map[string]int, n), flowNames(n)
+		u.countedAt = time.Time{}
 	}
-	return u.names[u.pick(name, n, now)]
+	i := u.pick(name, n, now)
+	if now.Sub(u.countedAt) >= recountEvery || now.Before(u.countedAt) {
+		u.inUse, u.countedAt = u.countInUse(now), now
+	}
+	return u.names[i], max(u.inUse, 1)
+}
+
+// countInUse counts the flows whose holder was seen within unlistedIdle
+// of now; u.mu must be held.
+func (u *unlistedFlows) countInUse(now time.Time) int {
+	n := 0
+	for _, h := range u.holders {
+		if h.name != "" && now.Sub(h.seen) < unlistedIdle {
+			n++
+		}
+	}
+	return n
 }
 
 // pick returns the index of the flow name holds, giving it one if it
@@ -76,6 +107,7 @@ func (u *unlistedFlows) pick(name string, n int, now time.Time) int {
 		delete(u.byName, h.name)
 		*h = holder{name: name, seen: now}
 		u.byName[name] = i
+		u.inUse++ // counted afresh within recountEvery
 		return i
 	}
 	return hashed
@@ -97,5 +129,13 @@ func (u *unlistedFlows) flowOf(cfg budget.Config, client string, now time.Time) 
 	if b, ok := cfg.Clients[client]; ok {
 		return client, b.FairWeight()
 	}
-	return u.flow(client, cfg.Flows(), now), cfg.Default.FairWeight()
+	name, inUse := u.flow(client, cfg.Flows(), now)
+	return name, unlistedWeight(cfg, inUse)
+}
+
+// unlistedWeight is each unlisted flow's weight while inUse of them are in
+// use: the default budget's, or an even part of unlisted_weight when
+// inUse flows at the default would weigh more together.
+func unlistedWeight(cfg budget.Config, inUse int) float64 {
+	return min(cfg.Default.FairWeight(), cfg.UnlistedShare()/float64(max(inUse, 1)))
 }

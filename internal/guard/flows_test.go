@@ -11,17 +11,40 @@ import (
 )
 
 // Tests that a flood of invented names cannot starve a listed client: the
-// names share admission.unlisted_flows flows, so with the listed client
-// and 500 names all backlogged the listed client still gets its one
-// share in (unlisted_flows + 1), and the queue holds no more flows than
-// that. Four unlisted flows, so that one share is many grants and a
-// listed client pushed behind the names shows. Waits are an hour, so only
-// releases (not time) decide.
+// names share admission.unlisted_flows flows, which together weigh at
+// most admission.unlisted_weight, so with the listed client and 500 names
+// all backlogged the listed client still gets its one share in
+// (unlisted_flows + 1) with four flows (each at the default weight), and
+// one in (unlisted_weight + 1) with the default 64 flows, which the flood
+// holds every one of; the queue holds no more flows than that. Waits are
+// an hour, so only releases (not time) decide.
 func TestFloodOfNamesCannotStarveListedClient(t *testing.T) {
-	cfg := budget.DefaultConfig()
-	cfg.UnlistedFlows = 4
-	cfg.Clients["feed"] = budget.Budget{ItemsPerSecond: 1, Burst: 1, MaxInflightItems: 1}
+	for _, tc := range []struct {
+		name   string
+		flows  int
+		shares int // the flood's shares against the listed client's one
+	}{
+		{"four flows", 4, 4},
+		{"default flows and weight", budget.DefaultUnlistedFlows, budget.DefaultUnlistedWeight},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := budget.DefaultConfig()
+			cfg.UnlistedFlows = tc.flows
+			cfg.Clients["feed"] = budget.Budget{ItemsPerSecond: 1, Burst: 1, MaxInflightItems: 1}
+			feed, grants := floodAgainst(t, cfg, 500)
+			if want := grants * 3 / 4 / (tc.shares + 1); feed < want {
+				t.Errorf("listed client got %d of %d grants against 500 invented names, want at least %d (one share in %d)", feed, grants, want, tc.shares+1)
+			}
+		})
+	}
+}
+
+// floodAgainst backlogs 50 requests of the listed client feed and one of
+// each of names invented names in a held queue, then releases grants one
+// by one and returns how many of the first grants went to feed.
+func floodAgainst(t *testing.T, cfg budget.Config, names int) (feed, grants int) {
 	q, ctx, cancel, hold := heldQueue(t)
+	defer cancel() // the rest give up
 	type grant struct {
 		client  string
 		release func()
@@ -44,14 +67,13 @@ func TestFloodOfNamesCannotStarveListedClient(t *testing.T) {
 	for range 50 {
 		enqueue("feed")
 	}
-	for i := range 500 {
+	for i := range names {
 		enqueue(fmt.Sprintf("invented-%d", i))
 	}
 	if s := q.Stats(); s.Flows > cfg.Flows()+1 {
-		t.Errorf("%d flows held for 1 listed client and 500 names, want at most %d", s.Flows, cfg.Flows()+1)
+		t.Errorf("%d flows held for 1 listed client and %d names, want at most %d", s.Flows, names, cfg.Flows()+1)
 	}
-	const grants = 180
-	feed := 0
+	grants = 180
 	hold()
 	for range grants {
 		select {
@@ -64,9 +86,42 @@ func TestFloodOfNamesCannotStarveListedClient(t *testing.T) {
 			t.Fatal("no grant")
 		}
 	}
-	cancel() // the rest give up
-	if want := grants * 3 / 4 / (cfg.Flows() + 1); feed < want {
-		t.Errorf("listed client got %d of %d grants against 500 invented names, want at least %d (one share in %d)", feed, grants, want, cfg.Flows()+1)
+	return feed, grants
+}
+
+// Tests the unlisted flows' weights: the default budget's each while the
+// flows in use weigh no more than admission.unlisted_weight together, an
+// even part of it beyond, and the default again once the others have
+// been quiet for unlistedIdle.
+func TestUnlistedFlowsShareTheirWeight(t *testing.T) {
+	cfg := budget.DefaultConfig()
+	var flows unlistedFlows
+	now := time.Unix(1_700_000_000, 0)
+	weightOf := func(name string) float64 {
+		_, w := flows.flowOf(cfg, name, now)
+		return w
+	}
+	for i := range budget.DefaultUnlistedWeight {
+		if w := weightOf(fmt.Sprintf("svc-%d", i)); w != 1 {
+			t.Fatalf("unlisted caller %d of %d: weight %v, want the default 1", i+1, budget.DefaultUnlistedWeight, w)
+		}
+	}
+	if w, want := weightOf("svc-ninth"), 8.0/9; w != want {
+		t.Errorf("a ninth unlisted caller: weight %v, want %v (8 shared by 9)", w, want)
+	}
+	for i := range 1000 {
+		weightOf(fmt.Sprintf("invented-%d", i))
+	}
+	if w, want := weightOf("invented-1"), 8.0/64; w != want {
+		t.Errorf("with every flow held by a flood: weight %v, want %v (8 shared by 64)", w, want)
+	}
+	now = now.Add(unlistedIdle + recountEvery)
+	if w := weightOf("svc-0"); w != 1 {
+		t.Errorf("the only unlisted caller after the flood went quiet: weight %v, want the default 1", w)
+	}
+	cfg.Clients["feed"] = budget.Budget{ItemsPerSecond: 1, Burst: 1, MaxInflightItems: 1, Weight: 3}
+	if _, w := flows.flowOf(cfg, "feed", now); w != 3 {
+		t.Errorf("a listed client's weight %v, want its own 3", w)
 	}
 }
 

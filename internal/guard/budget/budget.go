@@ -89,6 +89,12 @@ type Config struct {
 	// get at most this many shares together, and the state kept for them
 	// stays bounded. 0 means DefaultUnlistedFlows.
 	UnlistedFlows int `yaml:"unlisted_flows"`
+	// UnlistedWeight is the most weight the unlisted flows hold together.
+	// Each in use has the default budget's weight while that keeps their
+	// sum within it; beyond, they share it evenly, so names invented by
+	// the thousand get at most this many shares between them, however
+	// many flows they hold. 0 means DefaultUnlistedWeight.
+	UnlistedWeight float64 `yaml:"unlisted_weight,omitempty"`
 }
 
 // Flows returns UnlistedFlows, or its default when unset.
@@ -99,11 +105,26 @@ func (c Config) Flows() int {
 	return c.UnlistedFlows
 }
 
+// UnlistedShare returns UnlistedWeight, or its default when unset.
+func (c Config) UnlistedShare() float64 {
+	if c.UnlistedWeight == 0 {
+		return DefaultUnlistedWeight
+	}
+	return c.UnlistedWeight
+}
+
+// DefaultUnlistedWeight is UnlistedWeight unless the config says
+// otherwise: eight unlisted callers at the default weight each, as many
+// as a small fleet of services that do not name themselves, while a
+// flood of invented names gets eight shares, not one per flow.
+const DefaultUnlistedWeight = 8
+
 // DefaultUnlistedFlows is UnlistedFlows unless the config says otherwise:
 // as many queues as Kubernetes' API Priority and Fairness gives a
 // priority level, so a fleet of a few dozen unnamed services rarely has
 // two callers on one flow (a light caller sharing a heavy one's flow
-// inherits its queue), while invented names still get at most 64 shares.
+// inherits its queue); invented names get at most UnlistedWeight shares
+// however many flows they hold.
 const DefaultUnlistedFlows = 64
 
 // MaxUnlistedFlows bounds UnlistedFlows.
@@ -123,6 +144,9 @@ func (c Config) Validate() error {
 	}
 	if c.UnlistedFlows < 0 || c.UnlistedFlows > MaxUnlistedFlows {
 		errs = append(errs, fmt.Errorf("admission: unlisted_flows must be between 1 and %d (0 means %d), got %d", MaxUnlistedFlows, DefaultUnlistedFlows, c.UnlistedFlows))
+	}
+	if c.UnlistedWeight < 0 || c.UnlistedWeight > MaxWeight || math.IsNaN(c.UnlistedWeight) {
+		errs = append(errs, fmt.Errorf("admission: unlisted_weight must be between 0 (meaning %d) and %d, got %v", DefaultUnlistedWeight, MaxWeight, c.UnlistedWeight))
 	}
 	for _, name := range slices.Sorted(maps.Keys(c.Clients)) {
 		if err := c.Clients[name].Validate(); err != nil {

@@ -2,6 +2,7 @@ package budget
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -230,6 +231,20 @@ func TestWeightAndFlows(t *testing.T) {
 	c.UnlistedFlows = -1
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "unlisted_flows") {
 		t.Errorf("unlisted_flows -1: %v, want an error naming it", err)
+	}
+	c = DefaultConfig()
+	if c.UnlistedShare() != DefaultUnlistedWeight {
+		t.Errorf("unlisted_weight unset: UnlistedShare %v, want %d", c.UnlistedShare(), DefaultUnlistedWeight)
+	}
+	c.UnlistedWeight = 2.5
+	if c.UnlistedShare() != 2.5 || c.Validate() != nil {
+		t.Errorf("unlisted_weight 2.5: UnlistedShare %v, Validate %v", c.UnlistedShare(), c.Validate())
+	}
+	for _, w := range []float64{-1, MaxWeight + 1, math.NaN()} {
+		c.UnlistedWeight = w
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "unlisted_weight must be between 0 (meaning 8) and 1000") {
+			t.Errorf("unlisted_weight %v: %v, want an error naming it and its bounds", w, err)
+		}
 	}
 }
 
