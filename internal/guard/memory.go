@@ -526,6 +526,8 @@ func (mem *memory) refuse(name, when string, r *membudget.Refusal) error {
 const (
 	beforeReading = "before the request was read"
 	beforeAnswer  = "before its answer was sent"
+	// whileAnswering: a split batch's answer, reserved piece by piece.
+	whileAnswering = "while its pieces were answered"
 )
 
 // received gives back a stream's request-bytes reservation, all but

@@ -37,6 +37,10 @@ type sizedResponse struct {
 type joinedAnswer struct {
 	parts [][]byte
 	size  int
+	// res, when set, already holds size bytes in the response ledger,
+	// reserved as the parts finished (a split batch's, serveSplit);
+	// holdResponse then takes it over instead of reserving again.
+	res *membudget.Reservation
 }
 
 // joinWire is the whole answer built from the pieces' wire forms.
@@ -59,7 +63,7 @@ func (s *Server) holdResponse(ctx context.Context, fullMethod, client string, re
 	var out *sizedResponse
 	switch r := resp.(type) {
 	case *joinedAnswer:
-		out = &sizedResponse{parts: r.parts, size: r.size}
+		out = &sizedResponse{parts: r.parts, size: r.size, res: r.res}
 	case proto.Message:
 		if wire, ok := verbatim(r); ok {
 			slot, _ := ctx.Value(answerSlotKey{}).(*answerSlot)
@@ -70,12 +74,15 @@ func (s *Server) holdResponse(ctx context.Context, fullMethod, client string, re
 	default:
 		return resp, err
 	}
-	res, refusal := s.mem.responses.Reserve(client, membudget.Bytes(out.size))
-	if refusal != nil {
-		return nil, s.mem.refuse(shortName(fullMethod), beforeAnswer, refusal)
+	if out.res == nil {
+		res, refusal := s.mem.responses.Reserve(client, membudget.Bytes(out.size))
+		if refusal != nil {
+			return nil, s.mem.refuse(shortName(fullMethod), beforeAnswer, refusal)
+		}
+		out.res = res
 	}
-	out.res, out.conn = res, s.answersOf(ctx)
-	out.conn.hold(res)
+	out.conn = s.answersOf(ctx)
+	out.conn.hold(out.res)
 	uncompressed(ctx)
 	return out, nil
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/sluice-dev/sluice/internal/guard/fanout"
+	"github.com/sluice-dev/sluice/internal/guard/membudget"
 	"github.com/sluice-dev/sluice/internal/identity"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -39,8 +40,12 @@ import (
 // piece's answer is encoded as it finishes (its decoded records go at
 // once) and its wire bytes are kept until the transport has written
 // them, since a unary response is one message: the answer holds at most
-// max_split_items records, once, in wire form, reserved in the response
-// ledger like any other answer.
+// max_split_items records, once, in wire form. Those bytes are reserved
+// in the response ledger piece by piece as each finishes, so the ledger
+// counts them while the batch runs, and a caller over its share or a
+// process out of answer memory stops the batch at the piece that would
+// pass it (ResourceExhausted or Unavailable, with RetryInfo), not after
+// every piece has been served.
 
 // Oversize modes.
 const (
@@ -161,19 +166,31 @@ func (s *Server) serveSplit(ctx context.Context, fullMethod, client string, m *m
 	defer cancel()
 	size := min(m.policy.MaxItems, s.cfg.PieceItems)
 	parts := make([][]byte, (n+size-1)/size)
+	held, refusal := s.mem.responses.Reserve(client, 0) // grows as the pieces finish
+	if refusal != nil {
+		return nil, s.mem.refuse(shortName(fullMethod), whileAnswering, refusal)
+	}
 	err := fanout.Each(fanout.WithLimit(ctx, splitConcurrency), len(parts), func(ctx context.Context, i int) error {
 		lo, hi := i*size, min(n, (i+1)*size)
 		resp, err := s.servePiece(ctx, fullMethod, client, m, m.items.slice(req, lo, hi), int64(hi-lo), handler)
 		if err != nil {
 			return err
 		}
-		parts[i], err = pieceWire(shortName(fullMethod), resp, i, hi-lo)
-		return err
+		if parts[i], err = pieceWire(shortName(fullMethod), resp, i, hi-lo); err != nil {
+			return err
+		}
+		if refusal := held.Grow(membudget.Bytes(len(parts[i]))); refusal != nil {
+			return s.mem.refuse(shortName(fullMethod), whileAnswering, refusal)
+		}
+		return nil
 	})
 	if err != nil {
+		held.Release()
 		return nil, deadlineToStatus(ctx, err)
 	}
-	return joinWire(parts), nil
+	joined := joinWire(parts)
+	joined.res = held
+	return joined, nil
 }
 
 // servePiece admits and serves one piece as batch work. A piece refused

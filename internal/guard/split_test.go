@@ -17,6 +17,7 @@ import (
 	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
 	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/guard/budget"
+	"github.com/sluice-dev/sluice/internal/guard/membudget"
 )
 
 // splitConfig lets the client "indexer", which has a budget of its own,
@@ -179,6 +180,33 @@ func TestSplitConfigRefused(t *testing.T) {
 			}
 		})
 	}
+}
+
+// Tests that a split batch's answer is reserved in the response ledger
+// piece by piece as the pieces finish: a batch whose answer is over the
+// caller's share of response bytes (half of max_response_bytes) is
+// refused at the piece that would pass it, ResourceExhausted with
+// RetryInfo, not after every piece has been served, and the bytes
+// reserved for the pieces already answered are given back.
+func TestSplitAnswerReservedAsPiecesFinish(t *testing.T) {
+	cfg := splitConfig(budget.Budget{ItemsPerSecond: 1e6, Burst: 5_000, MaxInflightItems: 5_000})
+	cfg.MaxResponseBytes = 4 * membudget.MiB // a 2 MiB share; the answer is about 3 MB
+	p := cfg.Methods[getMany]
+	p.Oversize["indexer"] = guard.Oversize{Mode: guard.OversizeSplit, MaxSplitItems: 100_000}
+	cfg.Methods[getMany] = p
+	f := start(t, cfg, newPostRecords())
+	const n, pieces = 60_000, 60
+	_, err := as(t, "indexer").get(f, n)
+	st := wantCode(t, err, codes.ResourceExhausted)
+	if !strings.Contains(st.Message(), "while its pieces were answered") || retryDelay(st) <= 0 {
+		t.Errorf("refusal %q (details %v): want it to say it came while the pieces were answered, with RetryInfo", st.Message(), st.Details())
+	}
+	if calls := f.impl.calls.Load(); calls >= pieces {
+		t.Errorf("the handler ran for %d of %d pieces: the batch was served whole before its answer was refused", calls, pieces)
+	}
+	waitFor(t, func() string {
+		return fmt.Sprintf("the response ledger still holds %v after the refused split batch", f.srv.MemoryStats().Responses.Held)
+	}, func() bool { return f.srv.MemoryStats().Responses.Held == 0 })
 }
 
 // Tests that start-up refuses split for a client whose burst is smaller

@@ -145,6 +145,26 @@ func (r *Reservation) Release() {
 	}
 }
 
+// Grow adds n bytes to the reservation for its caller, or refuses
+// without waiting, as Reserve does: an answer that grows as its parts
+// finish is reserved part by part. Bytes grown after Release are given
+// back at once.
+func (r *Reservation) Grow(n Bytes) *Refusal {
+	more, refusal := r.l.Reserve(r.caller, n)
+	if refusal != nil {
+		return refusal
+	}
+	r.mu.Lock()
+	if r.done {
+		r.mu.Unlock()
+		more.Release()
+		return nil
+	}
+	r.n += int64(n)
+	r.mu.Unlock()
+	return nil
+}
+
 // Shrink gives back all but keep bytes of the reservation, which holds
 // them until Release: the worst case is gone, what remains is known.
 func (r *Reservation) Shrink(keep Bytes) {

@@ -61,3 +61,35 @@ func TestLedgerSharesAndCap(t *testing.T) {
 		t.Errorf("b holds %d after release", h)
 	}
 }
+
+// Tests that a reservation grows within its caller's share and the cap,
+// is refused past either without changing what it holds, gives back
+// everything it grew to on Release, and gives back at once what is grown
+// after Release.
+func TestReservationGrows(t *testing.T) {
+	l := NewLedger("answers", 100, 60)
+	r, refusal := l.Reserve("a", 0)
+	if refusal != nil {
+		t.Fatal(refusal)
+	}
+	for range 3 {
+		if refusal := r.Grow(20); refusal != nil {
+			t.Fatalf("growing to %v of a 60 share: %v", r.Size()+20, refusal)
+		}
+	}
+	if refusal := r.Grow(1); refusal == nil || !refusal.PerCaller {
+		t.Fatalf("growing past the share: %v, want a per-caller refusal", refusal)
+	}
+	other, _ := l.Reserve("b", 40)
+	if r.Size() != 60 || l.Held("a") != 60 || l.Stats().Held != 100 {
+		t.Fatalf("after a refused growth: reservation %v, caller %v, ledger %v; want 60, 60, 100", r.Size(), l.Held("a"), l.Stats().Held)
+	}
+	r.Release()
+	if refusal := r.Grow(10); refusal != nil || l.Held("a") != 0 {
+		t.Errorf("growth after Release: %v, caller holds %v; want it given back at once", refusal, l.Held("a"))
+	}
+	other.Release()
+	if held := l.Stats().Held; held != 0 {
+		t.Errorf("ledger holds %v after every release", held)
+	}
+}
