@@ -4,8 +4,9 @@
 // names and every field number are the published ones, so the AppView's own
 // generated client talks to sluice unchanged.
 //
-// Only the 19 record reads are declared, and sluice serves all of them
-// (see docs/appview.md); every bsky.Service method
+// Only the 19 record reads and the two site.standard record reads are
+// declared, and sluice serves all of them (see docs/appview.md); every
+// bsky.Service method
 // not declared here answers UNIMPLEMENTED. The contract test in
 // internal/bskyrpc compares every message here with a copy of the
 // published file, field by field.
@@ -2003,6 +2004,317 @@ func (x *GetVerificationRecordsResponse) GetRecords() []*Record {
 	return nil
 }
 
+// RecordRef addresses one version of a record.
+type RecordRef struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Uri           string                 `protobuf:"bytes,1,opt,name=uri,proto3" json:"uri,omitempty"`
+	Cid           string                 `protobuf:"bytes,2,opt,name=cid,proto3" json:"cid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecordRef) Reset() {
+	*x = RecordRef{}
+	mi := &file_bsky_bsky_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecordRef) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecordRef) ProtoMessage() {}
+
+func (x *RecordRef) ProtoReflect() protoreflect.Message {
+	mi := &file_bsky_bsky_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecordRef.ProtoReflect.Descriptor instead.
+func (*RecordRef) Descriptor() ([]byte, []int) {
+	return file_bsky_bsky_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *RecordRef) GetUri() string {
+	if x != nil {
+		return x.Uri
+	}
+	return ""
+}
+
+func (x *RecordRef) GetCid() string {
+	if x != nil {
+		return x.Cid
+	}
+	return ""
+}
+
+// Standard.site records
+type GetSiteStandardRecordsByURIRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Mixed list of site.standard.document and site.standard.publication AT-URIs.
+	// URIs of other collections (or unparseable strings) are silently skipped.
+	Uris          []string `protobuf:"bytes,1,rep,name=uris,proto3" json:"uris,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSiteStandardRecordsByURIRequest) Reset() {
+	*x = GetSiteStandardRecordsByURIRequest{}
+	mi := &file_bsky_bsky_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSiteStandardRecordsByURIRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSiteStandardRecordsByURIRequest) ProtoMessage() {}
+
+func (x *GetSiteStandardRecordsByURIRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bsky_bsky_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSiteStandardRecordsByURIRequest.ProtoReflect.Descriptor instead.
+func (*GetSiteStandardRecordsByURIRequest) Descriptor() ([]byte, []int) {
+	return file_bsky_bsky_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *GetSiteStandardRecordsByURIRequest) GetUris() []string {
+	if x != nil {
+		return x.Uris
+	}
+	return nil
+}
+
+type GetSiteStandardRecordsByURIResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Latest indexed version of each requested document.
+	Documents []*SiteStandardRecord `protobuf:"bytes,1,rep,name=documents,proto3" json:"documents,omitempty"`
+	// Latest indexed version of each requested publication AND each publication
+	// resolved from a document's `site` field. Each publication appears at most
+	// once across the two sources.
+	Publications  []*SiteStandardRecord `protobuf:"bytes,2,rep,name=publications,proto3" json:"publications,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSiteStandardRecordsByURIResponse) Reset() {
+	*x = GetSiteStandardRecordsByURIResponse{}
+	mi := &file_bsky_bsky_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSiteStandardRecordsByURIResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSiteStandardRecordsByURIResponse) ProtoMessage() {}
+
+func (x *GetSiteStandardRecordsByURIResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bsky_bsky_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSiteStandardRecordsByURIResponse.ProtoReflect.Descriptor instead.
+func (*GetSiteStandardRecordsByURIResponse) Descriptor() ([]byte, []int) {
+	return file_bsky_bsky_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *GetSiteStandardRecordsByURIResponse) GetDocuments() []*SiteStandardRecord {
+	if x != nil {
+		return x.Documents
+	}
+	return nil
+}
+
+func (x *GetSiteStandardRecordsByURIResponse) GetPublications() []*SiteStandardRecord {
+	if x != nil {
+		return x.Publications
+	}
+	return nil
+}
+
+type GetSiteStandardRecordsByRefRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Mixed list of site.standard.document and site.standard.publication refs
+	// (uri + cid). Refs whose URI is not a SiteStandard collection (or doesn't
+	// parse) are silently skipped.
+	Refs          []*RecordRef `protobuf:"bytes,1,rep,name=refs,proto3" json:"refs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSiteStandardRecordsByRefRequest) Reset() {
+	*x = GetSiteStandardRecordsByRefRequest{}
+	mi := &file_bsky_bsky_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSiteStandardRecordsByRefRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSiteStandardRecordsByRefRequest) ProtoMessage() {}
+
+func (x *GetSiteStandardRecordsByRefRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_bsky_bsky_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSiteStandardRecordsByRefRequest.ProtoReflect.Descriptor instead.
+func (*GetSiteStandardRecordsByRefRequest) Descriptor() ([]byte, []int) {
+	return file_bsky_bsky_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *GetSiteStandardRecordsByRefRequest) GetRefs() []*RecordRef {
+	if x != nil {
+		return x.Refs
+	}
+	return nil
+}
+
+type GetSiteStandardRecordsByRefResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Document version exactly matching each requested doc ref.
+	Documents []*SiteStandardRecord `protobuf:"bytes,1,rep,name=documents,proto3" json:"documents,omitempty"`
+	// Publication version exactly matching each requested pub ref. This RPC
+	// does NOT auto-resolve publications referenced by documents.
+	Publications  []*SiteStandardRecord `protobuf:"bytes,2,rep,name=publications,proto3" json:"publications,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetSiteStandardRecordsByRefResponse) Reset() {
+	*x = GetSiteStandardRecordsByRefResponse{}
+	mi := &file_bsky_bsky_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetSiteStandardRecordsByRefResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetSiteStandardRecordsByRefResponse) ProtoMessage() {}
+
+func (x *GetSiteStandardRecordsByRefResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_bsky_bsky_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetSiteStandardRecordsByRefResponse.ProtoReflect.Descriptor instead.
+func (*GetSiteStandardRecordsByRefResponse) Descriptor() ([]byte, []int) {
+	return file_bsky_bsky_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *GetSiteStandardRecordsByRefResponse) GetDocuments() []*SiteStandardRecord {
+	if x != nil {
+		return x.Documents
+	}
+	return nil
+}
+
+func (x *GetSiteStandardRecordsByRefResponse) GetPublications() []*SiteStandardRecord {
+	if x != nil {
+		return x.Publications
+	}
+	return nil
+}
+
+// SiteStandardRecord pairs a record with its addressing ref.
+type SiteStandardRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ref           *RecordRef             `protobuf:"bytes,1,opt,name=ref,proto3" json:"ref,omitempty"`
+	Record        *Record                `protobuf:"bytes,2,opt,name=record,proto3" json:"record,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SiteStandardRecord) Reset() {
+	*x = SiteStandardRecord{}
+	mi := &file_bsky_bsky_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SiteStandardRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SiteStandardRecord) ProtoMessage() {}
+
+func (x *SiteStandardRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_bsky_bsky_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SiteStandardRecord.ProtoReflect.Descriptor instead.
+func (*SiteStandardRecord) Descriptor() ([]byte, []int) {
+	return file_bsky_bsky_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *SiteStandardRecord) GetRef() *RecordRef {
+	if x != nil {
+		return x.Ref
+	}
+	return nil
+}
+
+func (x *SiteStandardRecord) GetRecord() *Record {
+	if x != nil {
+		return x.Record
+	}
+	return nil
+}
+
 var File_bsky_bsky_proto protoreflect.FileDescriptor
 
 const file_bsky_bsky_proto_rawDesc = "" +
@@ -2115,7 +2427,23 @@ const file_bsky_bsky_proto_rawDesc = "" +
 	"\x1dGetVerificationRecordsRequest\x12\x12\n" +
 	"\x04uris\x18\x01 \x03(\tR\x04uris\"H\n" +
 	"\x1eGetVerificationRecordsResponse\x12&\n" +
-	"\arecords\x18\x01 \x03(\v2\f.bsky.RecordR\arecords2\xf3\r\n" +
+	"\arecords\x18\x01 \x03(\v2\f.bsky.RecordR\arecords\"/\n" +
+	"\tRecordRef\x12\x10\n" +
+	"\x03uri\x18\x01 \x01(\tR\x03uri\x12\x10\n" +
+	"\x03cid\x18\x02 \x01(\tR\x03cid\"8\n" +
+	"\"GetSiteStandardRecordsByURIRequest\x12\x12\n" +
+	"\x04uris\x18\x01 \x03(\tR\x04uris\"\x9b\x01\n" +
+	"#GetSiteStandardRecordsByURIResponse\x126\n" +
+	"\tdocuments\x18\x01 \x03(\v2\x18.bsky.SiteStandardRecordR\tdocuments\x12<\n" +
+	"\fpublications\x18\x02 \x03(\v2\x18.bsky.SiteStandardRecordR\fpublications\"I\n" +
+	"\"GetSiteStandardRecordsByRefRequest\x12#\n" +
+	"\x04refs\x18\x01 \x03(\v2\x0f.bsky.RecordRefR\x04refs\"\x9b\x01\n" +
+	"#GetSiteStandardRecordsByRefResponse\x126\n" +
+	"\tdocuments\x18\x01 \x03(\v2\x18.bsky.SiteStandardRecordR\tdocuments\x12<\n" +
+	"\fpublications\x18\x02 \x03(\v2\x18.bsky.SiteStandardRecordR\fpublications\"]\n" +
+	"\x12SiteStandardRecord\x12!\n" +
+	"\x03ref\x18\x01 \x01(\v2\x0f.bsky.RecordRefR\x03ref\x12$\n" +
+	"\x06record\x18\x02 \x01(\v2\f.bsky.RecordR\x06record2\xdb\x0f\n" +
 	"\aService\x12N\n" +
 	"\x0fGetBlockRecords\x12\x1c.bsky.GetBlockRecordsRequest\x1a\x1d.bsky.GetBlockRecordsResponse\x12f\n" +
 	"\x17GetFeedGeneratorRecords\x12$.bsky.GetFeedGeneratorRecordsRequest\x1a%.bsky.GetFeedGeneratorRecordsResponse\x12Q\n" +
@@ -2135,7 +2463,9 @@ const file_bsky_bsky_proto_rawDesc = "" +
 	"\x12GetPostgateRecords\x12\x1f.bsky.GetPostgateRecordsRequest\x1a .bsky.GetPostgateRecordsResponse\x12T\n" +
 	"\x11GetLabelerRecords\x12\x1e.bsky.GetLabelerRecordsRequest\x1a\x1f.bsky.GetLabelerRecordsResponse\x12`\n" +
 	"\x15GetStarterPackRecords\x12\".bsky.GetStarterPackRecordsRequest\x1a#.bsky.GetStarterPackRecordsResponse\x12c\n" +
-	"\x16GetVerificationRecords\x12#.bsky.GetVerificationRecordsRequest\x1a$.bsky.GetVerificationRecordsResponseB,Z*github.com/sluice-dev/sluice/api/bsky;bskyb\x06proto3"
+	"\x16GetVerificationRecords\x12#.bsky.GetVerificationRecordsRequest\x1a$.bsky.GetVerificationRecordsResponse\x12r\n" +
+	"\x1bGetSiteStandardRecordsByURI\x12(.bsky.GetSiteStandardRecordsByURIRequest\x1a).bsky.GetSiteStandardRecordsByURIResponse\x12r\n" +
+	"\x1bGetSiteStandardRecordsByRef\x12(.bsky.GetSiteStandardRecordsByRefRequest\x1a).bsky.GetSiteStandardRecordsByRefResponseB,Z*github.com/sluice-dev/sluice/api/bsky;bskyb\x06proto3"
 
 var (
 	file_bsky_bsky_proto_rawDescOnce sync.Once
@@ -2149,7 +2479,7 @@ func file_bsky_bsky_proto_rawDescGZIP() []byte {
 	return file_bsky_bsky_proto_rawDescData
 }
 
-var file_bsky_bsky_proto_msgTypes = make([]protoimpl.MessageInfo, 41)
+var file_bsky_bsky_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_bsky_bsky_proto_goTypes = []any{
 	(*Record)(nil),                                    // 0: bsky.Record
 	(*PostRecordMeta)(nil),                            // 1: bsky.PostRecordMeta
@@ -2192,12 +2522,18 @@ var file_bsky_bsky_proto_goTypes = []any{
 	(*GetStarterPackRecordsResponse)(nil),             // 38: bsky.GetStarterPackRecordsResponse
 	(*GetVerificationRecordsRequest)(nil),             // 39: bsky.GetVerificationRecordsRequest
 	(*GetVerificationRecordsResponse)(nil),            // 40: bsky.GetVerificationRecordsResponse
-	(*timestamppb.Timestamp)(nil),                     // 41: google.protobuf.Timestamp
+	(*RecordRef)(nil),                                 // 41: bsky.RecordRef
+	(*GetSiteStandardRecordsByURIRequest)(nil),        // 42: bsky.GetSiteStandardRecordsByURIRequest
+	(*GetSiteStandardRecordsByURIResponse)(nil),       // 43: bsky.GetSiteStandardRecordsByURIResponse
+	(*GetSiteStandardRecordsByRefRequest)(nil),        // 44: bsky.GetSiteStandardRecordsByRefRequest
+	(*GetSiteStandardRecordsByRefResponse)(nil),       // 45: bsky.GetSiteStandardRecordsByRefResponse
+	(*SiteStandardRecord)(nil),                        // 46: bsky.SiteStandardRecord
+	(*timestamppb.Timestamp)(nil),                     // 47: google.protobuf.Timestamp
 }
 var file_bsky_bsky_proto_depIdxs = []int32{
-	41, // 0: bsky.Record.indexed_at:type_name -> google.protobuf.Timestamp
-	41, // 1: bsky.Record.created_at:type_name -> google.protobuf.Timestamp
-	41, // 2: bsky.Record.sorted_at:type_name -> google.protobuf.Timestamp
+	47, // 0: bsky.Record.indexed_at:type_name -> google.protobuf.Timestamp
+	47, // 1: bsky.Record.created_at:type_name -> google.protobuf.Timestamp
+	47, // 2: bsky.Record.sorted_at:type_name -> google.protobuf.Timestamp
 	0,  // 3: bsky.GetPostRecordsResponse.records:type_name -> bsky.Record
 	1,  // 4: bsky.GetPostRecordsResponse.meta:type_name -> bsky.PostRecordMeta
 	4,  // 5: bsky.GetPostRecordsResponse.op_threads:type_name -> bsky.OpThread
@@ -2219,49 +2555,60 @@ var file_bsky_bsky_proto_depIdxs = []int32{
 	0,  // 21: bsky.GetLabelerRecordsResponse.records:type_name -> bsky.Record
 	0,  // 22: bsky.GetStarterPackRecordsResponse.records:type_name -> bsky.Record
 	0,  // 23: bsky.GetVerificationRecordsResponse.records:type_name -> bsky.Record
-	5,  // 24: bsky.Service.GetBlockRecords:input_type -> bsky.GetBlockRecordsRequest
-	7,  // 25: bsky.Service.GetFeedGeneratorRecords:input_type -> bsky.GetFeedGeneratorRecordsRequest
-	9,  // 26: bsky.Service.GetFollowRecords:input_type -> bsky.GetFollowRecordsRequest
-	11, // 27: bsky.Service.GetLikeRecords:input_type -> bsky.GetLikeRecordsRequest
-	13, // 28: bsky.Service.GetListBlockRecords:input_type -> bsky.GetListBlockRecordsRequest
-	15, // 29: bsky.Service.GetListItemRecords:input_type -> bsky.GetListItemRecordsRequest
-	17, // 30: bsky.Service.GetListRecords:input_type -> bsky.GetListRecordsRequest
-	2,  // 31: bsky.Service.GetPostRecords:input_type -> bsky.GetPostRecordsRequest
-	19, // 32: bsky.Service.GetProfileRecords:input_type -> bsky.GetProfileRecordsRequest
-	21, // 33: bsky.Service.GetActorChatDeclarationRecords:input_type -> bsky.GetActorChatDeclarationRecordsRequest
-	23, // 34: bsky.Service.GetNotificationDeclarationRecords:input_type -> bsky.GetNotificationDeclarationRecordsRequest
-	25, // 35: bsky.Service.GetGermDeclarationRecords:input_type -> bsky.GetGermDeclarationRecordsRequest
-	27, // 36: bsky.Service.GetStatusRecords:input_type -> bsky.GetStatusRecordsRequest
-	29, // 37: bsky.Service.GetRepostRecords:input_type -> bsky.GetRepostRecordsRequest
-	31, // 38: bsky.Service.GetThreadGateRecords:input_type -> bsky.GetThreadGateRecordsRequest
-	33, // 39: bsky.Service.GetPostgateRecords:input_type -> bsky.GetPostgateRecordsRequest
-	35, // 40: bsky.Service.GetLabelerRecords:input_type -> bsky.GetLabelerRecordsRequest
-	37, // 41: bsky.Service.GetStarterPackRecords:input_type -> bsky.GetStarterPackRecordsRequest
-	39, // 42: bsky.Service.GetVerificationRecords:input_type -> bsky.GetVerificationRecordsRequest
-	6,  // 43: bsky.Service.GetBlockRecords:output_type -> bsky.GetBlockRecordsResponse
-	8,  // 44: bsky.Service.GetFeedGeneratorRecords:output_type -> bsky.GetFeedGeneratorRecordsResponse
-	10, // 45: bsky.Service.GetFollowRecords:output_type -> bsky.GetFollowRecordsResponse
-	12, // 46: bsky.Service.GetLikeRecords:output_type -> bsky.GetLikeRecordsResponse
-	14, // 47: bsky.Service.GetListBlockRecords:output_type -> bsky.GetListBlockRecordsResponse
-	16, // 48: bsky.Service.GetListItemRecords:output_type -> bsky.GetListItemRecordsResponse
-	18, // 49: bsky.Service.GetListRecords:output_type -> bsky.GetListRecordsResponse
-	3,  // 50: bsky.Service.GetPostRecords:output_type -> bsky.GetPostRecordsResponse
-	20, // 51: bsky.Service.GetProfileRecords:output_type -> bsky.GetProfileRecordsResponse
-	22, // 52: bsky.Service.GetActorChatDeclarationRecords:output_type -> bsky.GetActorChatDeclarationRecordsResponse
-	24, // 53: bsky.Service.GetNotificationDeclarationRecords:output_type -> bsky.GetNotificationDeclarationRecordsResponse
-	26, // 54: bsky.Service.GetGermDeclarationRecords:output_type -> bsky.GetGermDeclarationRecordsResponse
-	28, // 55: bsky.Service.GetStatusRecords:output_type -> bsky.GetStatusRecordsResponse
-	30, // 56: bsky.Service.GetRepostRecords:output_type -> bsky.GetRepostRecordsResponse
-	32, // 57: bsky.Service.GetThreadGateRecords:output_type -> bsky.GetThreadGateRecordsResponse
-	34, // 58: bsky.Service.GetPostgateRecords:output_type -> bsky.GetPostgateRecordsResponse
-	36, // 59: bsky.Service.GetLabelerRecords:output_type -> bsky.GetLabelerRecordsResponse
-	38, // 60: bsky.Service.GetStarterPackRecords:output_type -> bsky.GetStarterPackRecordsResponse
-	40, // 61: bsky.Service.GetVerificationRecords:output_type -> bsky.GetVerificationRecordsResponse
-	43, // [43:62] is the sub-list for method output_type
-	24, // [24:43] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	46, // 24: bsky.GetSiteStandardRecordsByURIResponse.documents:type_name -> bsky.SiteStandardRecord
+	46, // 25: bsky.GetSiteStandardRecordsByURIResponse.publications:type_name -> bsky.SiteStandardRecord
+	41, // 26: bsky.GetSiteStandardRecordsByRefRequest.refs:type_name -> bsky.RecordRef
+	46, // 27: bsky.GetSiteStandardRecordsByRefResponse.documents:type_name -> bsky.SiteStandardRecord
+	46, // 28: bsky.GetSiteStandardRecordsByRefResponse.publications:type_name -> bsky.SiteStandardRecord
+	41, // 29: bsky.SiteStandardRecord.ref:type_name -> bsky.RecordRef
+	0,  // 30: bsky.SiteStandardRecord.record:type_name -> bsky.Record
+	5,  // 31: bsky.Service.GetBlockRecords:input_type -> bsky.GetBlockRecordsRequest
+	7,  // 32: bsky.Service.GetFeedGeneratorRecords:input_type -> bsky.GetFeedGeneratorRecordsRequest
+	9,  // 33: bsky.Service.GetFollowRecords:input_type -> bsky.GetFollowRecordsRequest
+	11, // 34: bsky.Service.GetLikeRecords:input_type -> bsky.GetLikeRecordsRequest
+	13, // 35: bsky.Service.GetListBlockRecords:input_type -> bsky.GetListBlockRecordsRequest
+	15, // 36: bsky.Service.GetListItemRecords:input_type -> bsky.GetListItemRecordsRequest
+	17, // 37: bsky.Service.GetListRecords:input_type -> bsky.GetListRecordsRequest
+	2,  // 38: bsky.Service.GetPostRecords:input_type -> bsky.GetPostRecordsRequest
+	19, // 39: bsky.Service.GetProfileRecords:input_type -> bsky.GetProfileRecordsRequest
+	21, // 40: bsky.Service.GetActorChatDeclarationRecords:input_type -> bsky.GetActorChatDeclarationRecordsRequest
+	23, // 41: bsky.Service.GetNotificationDeclarationRecords:input_type -> bsky.GetNotificationDeclarationRecordsRequest
+	25, // 42: bsky.Service.GetGermDeclarationRecords:input_type -> bsky.GetGermDeclarationRecordsRequest
+	27, // 43: bsky.Service.GetStatusRecords:input_type -> bsky.GetStatusRecordsRequest
+	29, // 44: bsky.Service.GetRepostRecords:input_type -> bsky.GetRepostRecordsRequest
+	31, // 45: bsky.Service.GetThreadGateRecords:input_type -> bsky.GetThreadGateRecordsRequest
+	33, // 46: bsky.Service.GetPostgateRecords:input_type -> bsky.GetPostgateRecordsRequest
+	35, // 47: bsky.Service.GetLabelerRecords:input_type -> bsky.GetLabelerRecordsRequest
+	37, // 48: bsky.Service.GetStarterPackRecords:input_type -> bsky.GetStarterPackRecordsRequest
+	39, // 49: bsky.Service.GetVerificationRecords:input_type -> bsky.GetVerificationRecordsRequest
+	42, // 50: bsky.Service.GetSiteStandardRecordsByURI:input_type -> bsky.GetSiteStandardRecordsByURIRequest
+	44, // 51: bsky.Service.GetSiteStandardRecordsByRef:input_type -> bsky.GetSiteStandardRecordsByRefRequest
+	6,  // 52: bsky.Service.GetBlockRecords:output_type -> bsky.GetBlockRecordsResponse
+	8,  // 53: bsky.Service.GetFeedGeneratorRecords:output_type -> bsky.GetFeedGeneratorRecordsResponse
+	10, // 54: bsky.Service.GetFollowRecords:output_type -> bsky.GetFollowRecordsResponse
+	12, // 55: bsky.Service.GetLikeRecords:output_type -> bsky.GetLikeRecordsResponse
+	14, // 56: bsky.Service.GetListBlockRecords:output_type -> bsky.GetListBlockRecordsResponse
+	16, // 57: bsky.Service.GetListItemRecords:output_type -> bsky.GetListItemRecordsResponse
+	18, // 58: bsky.Service.GetListRecords:output_type -> bsky.GetListRecordsResponse
+	3,  // 59: bsky.Service.GetPostRecords:output_type -> bsky.GetPostRecordsResponse
+	20, // 60: bsky.Service.GetProfileRecords:output_type -> bsky.GetProfileRecordsResponse
+	22, // 61: bsky.Service.GetActorChatDeclarationRecords:output_type -> bsky.GetActorChatDeclarationRecordsResponse
+	24, // 62: bsky.Service.GetNotificationDeclarationRecords:output_type -> bsky.GetNotificationDeclarationRecordsResponse
+	26, // 63: bsky.Service.GetGermDeclarationRecords:output_type -> bsky.GetGermDeclarationRecordsResponse
+	28, // 64: bsky.Service.GetStatusRecords:output_type -> bsky.GetStatusRecordsResponse
+	30, // 65: bsky.Service.GetRepostRecords:output_type -> bsky.GetRepostRecordsResponse
+	32, // 66: bsky.Service.GetThreadGateRecords:output_type -> bsky.GetThreadGateRecordsResponse
+	34, // 67: bsky.Service.GetPostgateRecords:output_type -> bsky.GetPostgateRecordsResponse
+	36, // 68: bsky.Service.GetLabelerRecords:output_type -> bsky.GetLabelerRecordsResponse
+	38, // 69: bsky.Service.GetStarterPackRecords:output_type -> bsky.GetStarterPackRecordsResponse
+	40, // 70: bsky.Service.GetVerificationRecords:output_type -> bsky.GetVerificationRecordsResponse
+	43, // 71: bsky.Service.GetSiteStandardRecordsByURI:output_type -> bsky.GetSiteStandardRecordsByURIResponse
+	45, // 72: bsky.Service.GetSiteStandardRecordsByRef:output_type -> bsky.GetSiteStandardRecordsByRefResponse
+	52, // [52:73] is the sub-list for method output_type
+	31, // [31:52] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_bsky_bsky_proto_init() }
@@ -2276,7 +2623,7 @@ func file_bsky_bsky_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_bsky_bsky_proto_rawDesc), len(file_bsky_bsky_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   41,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

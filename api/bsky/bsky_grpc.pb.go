@@ -4,8 +4,9 @@
 // names and every field number are the published ones, so the AppView's own
 // generated client talks to sluice unchanged.
 //
-// Only the 19 record reads are declared, and sluice serves all of them
-// (see docs/appview.md); every bsky.Service method
+// Only the 19 record reads and the two site.standard record reads are
+// declared, and sluice serves all of them (see docs/appview.md); every
+// bsky.Service method
 // not declared here answers UNIMPLEMENTED. The contract test in
 // internal/bskyrpc compares every message here with a copy of the
 // published file, field by field.
@@ -50,6 +51,8 @@ const (
 	Service_GetLabelerRecords_FullMethodName                 = "/bsky.Service/GetLabelerRecords"
 	Service_GetStarterPackRecords_FullMethodName             = "/bsky.Service/GetStarterPackRecords"
 	Service_GetVerificationRecords_FullMethodName            = "/bsky.Service/GetVerificationRecords"
+	Service_GetSiteStandardRecordsByURI_FullMethodName       = "/bsky.Service/GetSiteStandardRecordsByURI"
+	Service_GetSiteStandardRecordsByRef_FullMethodName       = "/bsky.Service/GetSiteStandardRecordsByRef"
 )
 
 // ServiceClient is the client API for Service service.
@@ -96,6 +99,12 @@ type ServiceClient interface {
 	GetStarterPackRecords(ctx context.Context, in *GetStarterPackRecordsRequest, opts ...grpc.CallOption) (*GetStarterPackRecordsResponse, error)
 	// app.bsky.graph.verification records.
 	GetVerificationRecords(ctx context.Context, in *GetVerificationRecordsRequest, opts ...grpc.CallOption) (*GetVerificationRecordsResponse, error)
+	// site.standard.document and site.standard.publication records, the
+	// latest version of each, with the publications the documents name.
+	GetSiteStandardRecordsByURI(ctx context.Context, in *GetSiteStandardRecordsByURIRequest, opts ...grpc.CallOption) (*GetSiteStandardRecordsByURIResponse, error)
+	// site.standard.document and site.standard.publication records, each
+	// only when its stored version is the one asked for.
+	GetSiteStandardRecordsByRef(ctx context.Context, in *GetSiteStandardRecordsByRefRequest, opts ...grpc.CallOption) (*GetSiteStandardRecordsByRefResponse, error)
 }
 
 type serviceClient struct {
@@ -296,6 +305,26 @@ func (c *serviceClient) GetVerificationRecords(ctx context.Context, in *GetVerif
 	return out, nil
 }
 
+func (c *serviceClient) GetSiteStandardRecordsByURI(ctx context.Context, in *GetSiteStandardRecordsByURIRequest, opts ...grpc.CallOption) (*GetSiteStandardRecordsByURIResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetSiteStandardRecordsByURIResponse)
+	err := c.cc.Invoke(ctx, Service_GetSiteStandardRecordsByURI_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *serviceClient) GetSiteStandardRecordsByRef(ctx context.Context, in *GetSiteStandardRecordsByRefRequest, opts ...grpc.CallOption) (*GetSiteStandardRecordsByRefResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetSiteStandardRecordsByRefResponse)
+	err := c.cc.Invoke(ctx, Service_GetSiteStandardRecordsByRef_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ServiceServer is the server API for Service service.
 // All implementations must embed UnimplementedServiceServer
 // for forward compatibility.
@@ -340,6 +369,12 @@ type ServiceServer interface {
 	GetStarterPackRecords(context.Context, *GetStarterPackRecordsRequest) (*GetStarterPackRecordsResponse, error)
 	// app.bsky.graph.verification records.
 	GetVerificationRecords(context.Context, *GetVerificationRecordsRequest) (*GetVerificationRecordsResponse, error)
+	// site.standard.document and site.standard.publication records, the
+	// latest version of each, with the publications the documents name.
+	GetSiteStandardRecordsByURI(context.Context, *GetSiteStandardRecordsByURIRequest) (*GetSiteStandardRecordsByURIResponse, error)
+	// site.standard.document and site.standard.publication records, each
+	// only when its stored version is the one asked for.
+	GetSiteStandardRecordsByRef(context.Context, *GetSiteStandardRecordsByRefRequest) (*GetSiteStandardRecordsByRefResponse, error)
 	mustEmbedUnimplementedServiceServer()
 }
 
@@ -406,6 +441,12 @@ func (UnimplementedServiceServer) GetStarterPackRecords(context.Context, *GetSta
 }
 func (UnimplementedServiceServer) GetVerificationRecords(context.Context, *GetVerificationRecordsRequest) (*GetVerificationRecordsResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method GetVerificationRecords not implemented")
+}
+func (UnimplementedServiceServer) GetSiteStandardRecordsByURI(context.Context, *GetSiteStandardRecordsByURIRequest) (*GetSiteStandardRecordsByURIResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetSiteStandardRecordsByURI not implemented")
+}
+func (UnimplementedServiceServer) GetSiteStandardRecordsByRef(context.Context, *GetSiteStandardRecordsByRefRequest) (*GetSiteStandardRecordsByRefResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GetSiteStandardRecordsByRef not implemented")
 }
 func (UnimplementedServiceServer) mustEmbedUnimplementedServiceServer() {}
 func (UnimplementedServiceServer) testEmbeddedByValue()                 {}
@@ -770,6 +811,42 @@ func _Service_GetVerificationRecords_Handler(srv interface{}, ctx context.Contex
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Service_GetSiteStandardRecordsByURI_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetSiteStandardRecordsByURIRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ServiceServer).GetSiteStandardRecordsByURI(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Service_GetSiteStandardRecordsByURI_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ServiceServer).GetSiteStandardRecordsByURI(ctx, req.(*GetSiteStandardRecordsByURIRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Service_GetSiteStandardRecordsByRef_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetSiteStandardRecordsByRefRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ServiceServer).GetSiteStandardRecordsByRef(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Service_GetSiteStandardRecordsByRef_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ServiceServer).GetSiteStandardRecordsByRef(ctx, req.(*GetSiteStandardRecordsByRefRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Service_ServiceDesc is the grpc.ServiceDesc for Service service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -852,6 +929,14 @@ var Service_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetVerificationRecords",
 			Handler:    _Service_GetVerificationRecords_Handler,
+		},
+		{
+			MethodName: "GetSiteStandardRecordsByURI",
+			Handler:    _Service_GetSiteStandardRecordsByURI_Handler,
+		},
+		{
+			MethodName: "GetSiteStandardRecordsByRef",
+			Handler:    _Service_GetSiteStandardRecordsByRef_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -11,7 +11,10 @@
 // carries a query or fragment, or is longer than any stored URI can be,
 // is answered as missing at its position (and counted as invalid), never
 // failing the batch. GetPostRecords adds a PostRecordMeta per post and,
-// when asked, the OP threads of the requested posts' roots.
+// when asked, the OP threads of the requested posts' roots. The two
+// GetSiteStandardRecordsBy… methods read standard.site documents and
+// publications and answer the records found, split by collection
+// (sitestandard.go).
 //
 // The package declares a default policy for every method of the service
 // descriptor (DefaultPolicies) because the guard registers nothing
@@ -36,7 +39,8 @@ import (
 
 // collections maps each served method to the collection it reads. These
 // are the record reads the AppView's reference data plane serves from its
-// record table: all 19 of the published contract.
+// record table: all 19 of the published contract. The standard.site
+// reads are in sitestandard.go.
 var collections = map[string]string{
 	"GetBlockRecords":                   "app.bsky.graph.block",
 	"GetFeedGeneratorRecords":           "app.bsky.feed.generator",
@@ -64,12 +68,19 @@ var collections = map[string]string{
 // record, so it is answered as missing without a cache or store read.
 const MaxStoredURILength = aturi.MaxStoredLength
 
-// Served maps each served method name to the collection it reads.
+// Served maps each served method whose answer is aligned with its
+// request (every one but the GetSiteStandardRecordsBy… pair) to the
+// collection it reads.
 func Served() map[string]string { return maps.Clone(collections) }
+
+// SiteStandardMethods returns the served methods that read both
+// standard.site collections and answer only the records found.
+func SiteStandardMethods() []string { return slices.Clone(siteStandardMethods) }
 
 // Collections returns the collections the served methods read, sorted.
 func Collections() []string {
-	return slices.Sorted(maps.Values(collections))
+	all := slices.Collect(maps.Values(collections))
+	return slices.Sorted(slices.Values(append(all, DocumentCollection, PublicationCollection)))
 }
 
 // DefaultPolicies returns a policy for every method of bsky.Service as

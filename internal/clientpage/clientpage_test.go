@@ -19,6 +19,7 @@ func (f *fakeSource) Snapshot(window int) telemetry.ClientsSnapshot {
 	return telemetry.ClientsSnapshot{
 		At: time.Unix(1_700_000_000, 0), WindowSeconds: window, Goroutines: 42, OSThreads: 9,
 		SchedWait: &telemetry.SchedWait{Seconds: min(window, 12), P50Ms: 0.05, P99Ms: 2.875},
+		Admission: &telemetry.AdmissionState{ItemLimit: 1234, MinItemLimit: 400, MaxItemLimit: 20000, ItemsInUse: 567, Waiting: 8},
 		Clients: []telemetry.ClientRow{
 			{Client: "bulk", ItemsPerSec: 1800, RequestsPerSec: 2, MeanBatch: 900, CacheHitRatio: 0.5, Requests: 20, Items: 18000,
 				ServedItemsPerSec: 900, ServedShare: 0.75, RefusedItemsPerSec: 900, RefusedByReason: map[string]float64{"shape": 800, "quota": 100, "overload": 0}},
@@ -41,10 +42,12 @@ func TestHandler(t *testing.T) {
 		wantBody           []string
 	}{
 		{"html", "/clients", "text/html", 200, "text/html; charset=utf-8", DefaultWindow,
-			[]string{`<td class="client">bulk</td><td>900.0</td><td>75.0%</td><td>900.0</td><td>shape 800.0, quota 100.0</td><td>1800.0</td>`, `<td>–</td>`, `&lt;feed&gt;`, `50.0%`, `fetch("/clients.json"`, `goroutines <b id="goroutines">42</b>`, `Go scheduler wait p99 <b id="schedp99">2.88 ms</b>`}},
+			[]string{`<td class="client">bulk</td><td>900.0</td><td>75.0%</td><td>900.0</td><td>shape 800.0, quota 100.0</td><td>1800.0</td>`, `<td>–</td>`, `&lt;feed&gt;`, `50.0%`, `fetch("/clients.json"`, `goroutines <b id="goroutines">42</b>`, `Go scheduler wait p99 <b id="schedp99">2.88 ms</b>`,
+				`item limit <b id="itemlimit">1234</b> (adaptive, 400–20000) · in flight <b id="itemsinuse">567</b> · waiting <b id="waiting">8</b>`}},
 		{"html, a span other than the window", "/clients?window=30", "text/html", 200, "text/html; charset=utf-8", 30,
 			[]string{`Go scheduler wait p99 <b id="schedp99">2.88 ms (over 12 s)</b>`}},
-		{"json by path", "/clients.json", "", 200, "application/json", DefaultWindow, []string{`"client":"bulk"`, `"items_per_sec":1800`, `"sched_wait":{"seconds":10,"p50_ms":0.05,"p99_ms":2.875}`}},
+		{"json by path", "/clients.json", "", 200, "application/json", DefaultWindow, []string{`"client":"bulk"`, `"items_per_sec":1800`, `"sched_wait":{"seconds":10,"p50_ms":0.05,"p99_ms":2.875}`,
+			`"item_limit":1234,"min_item_limit":400,"max_item_limit":20000,"items_in_use":567,"waiting":8`}},
 		{"json by accept", "/clients?window=30", "application/json", 200, "application/json", 30, []string{`"window_seconds":30`}},
 		{"bad window", "/clients?window=600", "", 400, "text/plain; charset=utf-8", 0, []string{`from 1 to 59`}},
 	}

@@ -270,3 +270,18 @@ test("op_threads are filled when include_op_thread_metadata is set", async () =>
   const unasked = await client.getPostRecords({ uris: [second.uri] });
   assert.equal(unasked.opThreads.length, 0);
 });
+
+test("standard.site documents and publications, by URI and by ref", async () => {
+  const DOC = "site.standard.document";
+  const PUB = "site.standard.publication";
+  const pub = rec(CAROL, PUB, "3kpub00000000", { url: "https://blog.example.com", name: "Blog" });
+  const doc = rec(CAROL, DOC, "3kdoc00000000", { site: pub.uri, title: "t", publishedAt: "2026-01-01T00:00:00.000Z" });
+  await records.putRecords({ records: [pub, doc] });
+  const byUri = await client.getSiteStandardRecordsByURI({ uris: [doc.uri, at(CAROL, DOC, "3kmissing0000"), fixture.posts[0].uri] });
+  assert.deepEqual(byUri.documents.map((d) => d.ref.uri), [doc.uri]);
+  assert.deepEqual(byUri.publications.map((p) => [p.ref.uri, p.ref.cid]), [[pub.uri, pub.cid]]);
+  assert.equal(decode(byUri.documents[0].record.record).site, pub.uri);
+  const byRef = await client.getSiteStandardRecordsByRef({ refs: [{ uri: doc.uri, cid: doc.cid }, { uri: pub.uri, cid: "bafyother" }] });
+  assert.deepEqual(byRef.documents.map((d) => d.record.cid), [doc.cid]);
+  assert.equal(byRef.publications.length, 0);
+});

@@ -4,8 +4,9 @@
 // names and every field number are the published ones, so the AppView's own
 // generated client talks to sluice unchanged.
 //
-// Only the 19 record reads are declared, and sluice serves all of them
-// (see docs/appview.md); every bsky.Service method
+// Only the 19 record reads and the two site.standard record reads are
+// declared, and sluice serves all of them (see docs/appview.md); every
+// bsky.Service method
 // not declared here answers UNIMPLEMENTED. The contract test in
 // internal/bskyrpc compares every message here with a copy of the
 // published file, field by field.
@@ -15,7 +16,7 @@
 /* eslint-disable */
 // @ts-nocheck
 
-import { GetActorChatDeclarationRecordsRequest, GetActorChatDeclarationRecordsResponse, GetBlockRecordsRequest, GetBlockRecordsResponse, GetFeedGeneratorRecordsRequest, GetFeedGeneratorRecordsResponse, GetFollowRecordsRequest, GetFollowRecordsResponse, GetGermDeclarationRecordsRequest, GetGermDeclarationRecordsResponse, GetLabelerRecordsRequest, GetLabelerRecordsResponse, GetLikeRecordsRequest, GetLikeRecordsResponse, GetListBlockRecordsRequest, GetListBlockRecordsResponse, GetListItemRecordsRequest, GetListItemRecordsResponse, GetListRecordsRequest, GetListRecordsResponse, GetNotificationDeclarationRecordsRequest, GetNotificationDeclarationRecordsResponse, GetPostgateRecordsRequest, GetPostgateRecordsResponse, GetPostRecordsRequest, GetPostRecordsResponse, GetProfileRecordsRequest, GetProfileRecordsResponse, GetRepostRecordsRequest, GetRepostRecordsResponse, GetStarterPackRecordsRequest, GetStarterPackRecordsResponse, GetStatusRecordsRequest, GetStatusRecordsResponse, GetThreadGateRecordsRequest, GetThreadGateRecordsResponse, GetVerificationRecordsRequest, GetVerificationRecordsResponse } from "./bsky_pb.js";
+import { GetActorChatDeclarationRecordsRequest, GetActorChatDeclarationRecordsResponse, GetBlockRecordsRequest, GetBlockRecordsResponse, GetFeedGeneratorRecordsRequest, GetFeedGeneratorRecordsResponse, GetFollowRecordsRequest, GetFollowRecordsResponse, GetGermDeclarationRecordsRequest, GetGermDeclarationRecordsResponse, GetLabelerRecordsRequest, GetLabelerRecordsResponse, GetLikeRecordsRequest, GetLikeRecordsResponse, GetListBlockRecordsRequest, GetListBlockRecordsResponse, GetListItemRecordsRequest, GetListItemRecordsResponse, GetListRecordsRequest, GetListRecordsResponse, GetNotificationDeclarationRecordsRequest, GetNotificationDeclarationRecordsResponse, GetPostgateRecordsRequest, GetPostgateRecordsResponse, GetPostRecordsRequest, GetPostRecordsResponse, GetProfileRecordsRequest, GetProfileRecordsResponse, GetRepostRecordsRequest, GetRepostRecordsResponse, GetSiteStandardRecordsByRefRequest, GetSiteStandardRecordsByRefResponse, GetSiteStandardRecordsByURIRequest, GetSiteStandardRecordsByURIResponse, GetStarterPackRecordsRequest, GetStarterPackRecordsResponse, GetStatusRecordsRequest, GetStatusRecordsResponse, GetThreadGateRecordsRequest, GetThreadGateRecordsResponse, GetVerificationRecordsRequest, GetVerificationRecordsResponse } from "./bsky_pb.js";
 import { MethodKind } from "@bufbuild/protobuf";
 
 /**
@@ -233,6 +234,30 @@ export declare const Service: {
       readonly name: "GetVerificationRecords",
       readonly I: typeof GetVerificationRecordsRequest,
       readonly O: typeof GetVerificationRecordsResponse,
+      readonly kind: MethodKind.Unary,
+    },
+    /**
+     * site.standard.document and site.standard.publication records, the
+     * latest version of each, with the publications the documents name.
+     *
+     * @generated from rpc bsky.Service.GetSiteStandardRecordsByURI
+     */
+    readonly getSiteStandardRecordsByURI: {
+      readonly name: "GetSiteStandardRecordsByURI",
+      readonly I: typeof GetSiteStandardRecordsByURIRequest,
+      readonly O: typeof GetSiteStandardRecordsByURIResponse,
+      readonly kind: MethodKind.Unary,
+    },
+    /**
+     * site.standard.document and site.standard.publication records, each
+     * only when its stored version is the one asked for.
+     *
+     * @generated from rpc bsky.Service.GetSiteStandardRecordsByRef
+     */
+    readonly getSiteStandardRecordsByRef: {
+      readonly name: "GetSiteStandardRecordsByRef",
+      readonly I: typeof GetSiteStandardRecordsByRefRequest,
+      readonly O: typeof GetSiteStandardRecordsByRefResponse,
       readonly kind: MethodKind.Unary,
     },
   }

@@ -4,8 +4,9 @@
 // names and every field number are the published ones, so the AppView's own
 // generated client talks to sluice unchanged.
 //
-// Only the 19 record reads are declared, and sluice serves all of them
-// (see docs/appview.md); every bsky.Service method
+// Only the 19 record reads and the two site.standard record reads are
+// declared, and sluice serves all of them (see docs/appview.md); every
+// bsky.Service method
 // not declared here answers UNIMPLEMENTED. The contract test in
 // internal/bskyrpc compares every message here with a copy of the
 // published file, field by field.
@@ -1115,5 +1116,193 @@ export declare class GetVerificationRecordsResponse extends Message<GetVerificat
   static fromJsonString(jsonString: string, options?: Partial<JsonReadOptions>): GetVerificationRecordsResponse;
 
   static equals(a: GetVerificationRecordsResponse | PlainMessage<GetVerificationRecordsResponse> | undefined, b: GetVerificationRecordsResponse | PlainMessage<GetVerificationRecordsResponse> | undefined): boolean;
+}
+
+/**
+ * RecordRef addresses one version of a record.
+ *
+ * @generated from message bsky.RecordRef
+ */
+export declare class RecordRef extends Message<RecordRef> {
+  /**
+   * @generated from field: string uri = 1;
+   */
+  uri: string;
+
+  /**
+   * @generated from field: string cid = 2;
+   */
+  cid: string;
+
+  constructor(data?: PartialMessage<RecordRef>);
+
+  static readonly runtime: typeof proto3;
+  static readonly typeName = "bsky.RecordRef";
+  static readonly fields: FieldList;
+
+  static fromBinary(bytes: Uint8Array, options?: Partial<BinaryReadOptions>): RecordRef;
+
+  static fromJson(jsonValue: JsonValue, options?: Partial<JsonReadOptions>): RecordRef;
+
+  static fromJsonString(jsonString: string, options?: Partial<JsonReadOptions>): RecordRef;
+
+  static equals(a: RecordRef | PlainMessage<RecordRef> | undefined, b: RecordRef | PlainMessage<RecordRef> | undefined): boolean;
+}
+
+/**
+ * Standard.site records
+ *
+ * @generated from message bsky.GetSiteStandardRecordsByURIRequest
+ */
+export declare class GetSiteStandardRecordsByURIRequest extends Message<GetSiteStandardRecordsByURIRequest> {
+  /**
+   * Mixed list of site.standard.document and site.standard.publication AT-URIs.
+   * URIs of other collections (or unparseable strings) are silently skipped.
+   *
+   * @generated from field: repeated string uris = 1;
+   */
+  uris: string[];
+
+  constructor(data?: PartialMessage<GetSiteStandardRecordsByURIRequest>);
+
+  static readonly runtime: typeof proto3;
+  static readonly typeName = "bsky.GetSiteStandardRecordsByURIRequest";
+  static readonly fields: FieldList;
+
+  static fromBinary(bytes: Uint8Array, options?: Partial<BinaryReadOptions>): GetSiteStandardRecordsByURIRequest;
+
+  static fromJson(jsonValue: JsonValue, options?: Partial<JsonReadOptions>): GetSiteStandardRecordsByURIRequest;
+
+  static fromJsonString(jsonString: string, options?: Partial<JsonReadOptions>): GetSiteStandardRecordsByURIRequest;
+
+  static equals(a: GetSiteStandardRecordsByURIRequest | PlainMessage<GetSiteStandardRecordsByURIRequest> | undefined, b: GetSiteStandardRecordsByURIRequest | PlainMessage<GetSiteStandardRecordsByURIRequest> | undefined): boolean;
+}
+
+/**
+ * @generated from message bsky.GetSiteStandardRecordsByURIResponse
+ */
+export declare class GetSiteStandardRecordsByURIResponse extends Message<GetSiteStandardRecordsByURIResponse> {
+  /**
+   * Latest indexed version of each requested document.
+   *
+   * @generated from field: repeated bsky.SiteStandardRecord documents = 1;
+   */
+  documents: SiteStandardRecord[];
+
+  /**
+   * Latest indexed version of each requested publication AND each publication
+   * resolved from a document's `site` field. Each publication appears at most
+   * once across the two sources.
+   *
+   * @generated from field: repeated bsky.SiteStandardRecord publications = 2;
+   */
+  publications: SiteStandardRecord[];
+
+  constructor(data?: PartialMessage<GetSiteStandardRecordsByURIResponse>);
+
+  static readonly runtime: typeof proto3;
+  static readonly typeName = "bsky.GetSiteStandardRecordsByURIResponse";
+  static readonly fields: FieldList;
+
+  static fromBinary(bytes: Uint8Array, options?: Partial<BinaryReadOptions>): GetSiteStandardRecordsByURIResponse;
+
+  static fromJson(jsonValue: JsonValue, options?: Partial<JsonReadOptions>): GetSiteStandardRecordsByURIResponse;
+
+  static fromJsonString(jsonString: string, options?: Partial<JsonReadOptions>): GetSiteStandardRecordsByURIResponse;
+
+  static equals(a: GetSiteStandardRecordsByURIResponse | PlainMessage<GetSiteStandardRecordsByURIResponse> | undefined, b: GetSiteStandardRecordsByURIResponse | PlainMessage<GetSiteStandardRecordsByURIResponse> | undefined): boolean;
+}
+
+/**
+ * @generated from message bsky.GetSiteStandardRecordsByRefRequest
+ */
+export declare class GetSiteStandardRecordsByRefRequest extends Message<GetSiteStandardRecordsByRefRequest> {
+  /**
+   * Mixed list of site.standard.document and site.standard.publication refs
+   * (uri + cid). Refs whose URI is not a SiteStandard collection (or doesn't
+   * parse) are silently skipped.
+   *
+   * @generated from field: repeated bsky.RecordRef refs = 1;
+   */
+  refs: RecordRef[];
+
+  constructor(data?: PartialMessage<GetSiteStandardRecordsByRefRequest>);
+
+  static readonly runtime: typeof proto3;
+  static readonly typeName = "bsky.GetSiteStandardRecordsByRefRequest";
+  static readonly fields: FieldList;
+
+  static fromBinary(bytes: Uint8Array, options?: Partial<BinaryReadOptions>): GetSiteStandardRecordsByRefRequest;
+
+  static fromJson(jsonValue: JsonValue, options?: Partial<JsonReadOptions>): GetSiteStandardRecordsByRefRequest;
+
+  static fromJsonString(jsonString: string, options?: Partial<JsonReadOptions>): GetSiteStandardRecordsByRefRequest;
+
+  static equals(a: GetSiteStandardRecordsByRefRequest | PlainMessage<GetSiteStandardRecordsByRefRequest> | undefined, b: GetSiteStandardRecordsByRefRequest | PlainMessage<GetSiteStandardRecordsByRefRequest> | undefined): boolean;
+}
+
+/**
+ * @generated from message bsky.GetSiteStandardRecordsByRefResponse
+ */
+export declare class GetSiteStandardRecordsByRefResponse extends Message<GetSiteStandardRecordsByRefResponse> {
+  /**
+   * Document version exactly matching each requested doc ref.
+   *
+   * @generated from field: repeated bsky.SiteStandardRecord documents = 1;
+   */
+  documents: SiteStandardRecord[];
+
+  /**
+   * Publication version exactly matching each requested pub ref. This RPC
+   * does NOT auto-resolve publications referenced by documents.
+   *
+   * @generated from field: repeated bsky.SiteStandardRecord publications = 2;
+   */
+  publications: SiteStandardRecord[];
+
+  constructor(data?: PartialMessage<GetSiteStandardRecordsByRefResponse>);
+
+  static readonly runtime: typeof proto3;
+  static readonly typeName = "bsky.GetSiteStandardRecordsByRefResponse";
+  static readonly fields: FieldList;
+
+  static fromBinary(bytes: Uint8Array, options?: Partial<BinaryReadOptions>): GetSiteStandardRecordsByRefResponse;
+
+  static fromJson(jsonValue: JsonValue, options?: Partial<JsonReadOptions>): GetSiteStandardRecordsByRefResponse;
+
+  static fromJsonString(jsonString: string, options?: Partial<JsonReadOptions>): GetSiteStandardRecordsByRefResponse;
+
+  static equals(a: GetSiteStandardRecordsByRefResponse | PlainMessage<GetSiteStandardRecordsByRefResponse> | undefined, b: GetSiteStandardRecordsByRefResponse | PlainMessage<GetSiteStandardRecordsByRefResponse> | undefined): boolean;
+}
+
+/**
+ * SiteStandardRecord pairs a record with its addressing ref.
+ *
+ * @generated from message bsky.SiteStandardRecord
+ */
+export declare class SiteStandardRecord extends Message<SiteStandardRecord> {
+  /**
+   * @generated from field: bsky.RecordRef ref = 1;
+   */
+  ref?: RecordRef;
+
+  /**
+   * @generated from field: bsky.Record record = 2;
+   */
+  record?: Record;
+
+  constructor(data?: PartialMessage<SiteStandardRecord>);
+
+  static readonly runtime: typeof proto3;
+  static readonly typeName = "bsky.SiteStandardRecord";
+  static readonly fields: FieldList;
+
+  static fromBinary(bytes: Uint8Array, options?: Partial<BinaryReadOptions>): SiteStandardRecord;
+
+  static fromJson(jsonValue: JsonValue, options?: Partial<JsonReadOptions>): SiteStandardRecord;
+
+  static fromJsonString(jsonString: string, options?: Partial<JsonReadOptions>): SiteStandardRecord;
+
+  static equals(a: SiteStandardRecord | PlainMessage<SiteStandardRecord> | undefined, b: SiteStandardRecord | PlainMessage<SiteStandardRecord> | undefined): boolean;
 }
 

@@ -4,8 +4,9 @@
 // names and every field number are the published ones, so the AppView's own
 // generated client talks to sluice unchanged.
 //
-// Only the 19 record reads are declared, and sluice serves all of them
-// (see docs/appview.md); every bsky.Service method
+// Only the 19 record reads and the two site.standard record reads are
+// declared, and sluice serves all of them (see docs/appview.md); every
+// bsky.Service method
 // not declared here answers UNIMPLEMENTED. The contract test in
 // internal/bskyrpc compares every message here with a copy of the
 // published file, field by field.
@@ -451,6 +452,76 @@ export const GetVerificationRecordsResponse = /*@__PURE__*/ proto3.makeMessageTy
   "bsky.GetVerificationRecordsResponse",
   () => [
     { no: 1, name: "records", kind: "message", T: Record, repeated: true },
+  ],
+);
+
+/**
+ * RecordRef addresses one version of a record.
+ *
+ * @generated from message bsky.RecordRef
+ */
+export const RecordRef = /*@__PURE__*/ proto3.makeMessageType(
+  "bsky.RecordRef",
+  () => [
+    { no: 1, name: "uri", kind: "scalar", T: 9 /* ScalarType.STRING */ },
+    { no: 2, name: "cid", kind: "scalar", T: 9 /* ScalarType.STRING */ },
+  ],
+);
+
+/**
+ * Standard.site records
+ *
+ * @generated from message bsky.GetSiteStandardRecordsByURIRequest
+ */
+export const GetSiteStandardRecordsByURIRequest = /*@__PURE__*/ proto3.makeMessageType(
+  "bsky.GetSiteStandardRecordsByURIRequest",
+  () => [
+    { no: 1, name: "uris", kind: "scalar", T: 9 /* ScalarType.STRING */, repeated: true },
+  ],
+);
+
+/**
+ * @generated from message bsky.GetSiteStandardRecordsByURIResponse
+ */
+export const GetSiteStandardRecordsByURIResponse = /*@__PURE__*/ proto3.makeMessageType(
+  "bsky.GetSiteStandardRecordsByURIResponse",
+  () => [
+    { no: 1, name: "documents", kind: "message", T: SiteStandardRecord, repeated: true },
+    { no: 2, name: "publications", kind: "message", T: SiteStandardRecord, repeated: true },
+  ],
+);
+
+/**
+ * @generated from message bsky.GetSiteStandardRecordsByRefRequest
+ */
+export const GetSiteStandardRecordsByRefRequest = /*@__PURE__*/ proto3.makeMessageType(
+  "bsky.GetSiteStandardRecordsByRefRequest",
+  () => [
+    { no: 1, name: "refs", kind: "message", T: RecordRef, repeated: true },
+  ],
+);
+
+/**
+ * @generated from message bsky.GetSiteStandardRecordsByRefResponse
+ */
+export const GetSiteStandardRecordsByRefResponse = /*@__PURE__*/ proto3.makeMessageType(
+  "bsky.GetSiteStandardRecordsByRefResponse",
+  () => [
+    { no: 1, name: "documents", kind: "message", T: SiteStandardRecord, repeated: true },
+    { no: 2, name: "publications", kind: "message", T: SiteStandardRecord, repeated: true },
+  ],
+);
+
+/**
+ * SiteStandardRecord pairs a record with its addressing ref.
+ *
+ * @generated from message bsky.SiteStandardRecord
+ */
+export const SiteStandardRecord = /*@__PURE__*/ proto3.makeMessageType(
+  "bsky.SiteStandardRecord",
+  () => [
+    { no: 1, name: "ref", kind: "message", T: RecordRef },
+    { no: 2, name: "record", kind: "message", T: Record },
   ],
 );
 
