@@ -28,7 +28,9 @@ func TestBskySiteStandard(t *testing.T) {
 	ctx := ts.appviewCtx()
 	const doc, pub = bskyrpc.DocumentCollection, bskyrpc.PublicationCollection
 	pub1, pub2, pub3 := recURI(carol, pub, "3kpub1"), recURI(alice, pub, "3kpub2"), recURI(carol, pub, "3kpub3")
-	site := func(uri string) string { return fmt.Sprintf(`,"site":%q,"title":"t","publishedAt":"2026-01-01T00:00:00Z"`, uri) }
+	site := func(uri string) string {
+		return fmt.Sprintf(`,"site":%q,"title":"t","publishedAt":"2026-01-01T00:00:00Z"`, uri)
+	}
 	docs := []*sluicev1.Record{
 		writeRec(carol, doc, "3kdoc1", site(pub1)),
 		writeRec(carol, doc, "3kdoc2", site("https://blog.example.com")),

@@ -48,7 +48,7 @@ func WithAfterStoreWrite(fn func(uris []string)) Option {
 
 // WithRefusedValues calls count with the number of cached values a read
 // refused (checkWire: malformed, or naming another URI), by collection,
-// for a metric. Default: nothing.
+// for a metric; New calls it once with 0. Default: nothing.
 func WithRefusedValues(count func(collection string, n int)) Option {
 	return func(o *options) { o.refused = count }
 }

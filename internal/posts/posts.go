@@ -124,6 +124,9 @@ func New(collection string, c Cache, s store.Store, limits WriteLimits, opts ...
 	for _, opt := range opts {
 		opt(&svc.opts)
 	}
+	// The count starts at zero, so its series exists before the first
+	// refusal and an alert on its increase sees that one.
+	svc.opts.refused(collection, 0)
 	return svc
 }
 
