@@ -331,8 +331,11 @@ func (c Config) checkTakedownTimeouts() []error {
 		return nil
 	}
 	var errs []error
-	for _, m := range []string{"PutRecords", "UpdateTakedowns"} {
-		name := sluicev1.Records_ServiceDesc.ServiceName + "/" + m
+	for _, name := range []string{
+		sluicev1.Records_ServiceDesc.ServiceName + "/PutRecords",
+		sluicev1.Records_ServiceDesc.ServiceName + "/UpdateTakedowns",
+		sluicev1.PostRecords_ServiceDesc.ServiceName + "/PutPostRecords",
+	} {
 		if p, ok := c.Guard.Methods[name]; ok && p.Timeout <= c.Near.TTL {
 			errs = append(errs, fmt.Errorf("config: method %s timeout %v must exceed near_cache.ttl %v: a takedown is answered only once no replica's near cache can still answer the old state, near_cache.ttl after it was invalidated", name, p.Timeout, c.Near.TTL))
 		}

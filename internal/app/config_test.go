@@ -83,6 +83,7 @@ func TestConfigErrors(t *testing.T) {
 		{name: "tombstone shorter than a split batch", yaml: "guard:\n  methods:\n    sluice.v1.PostRecords/GetPostRecords:\n      oversize:\n        indexer: {mode: split, max_split_items: 25000, timeout: 10s}\n", want: `tombstone_ttl 5s must be at least 11.5s: the longest request timeout (10s, the split timeout of client "indexer" on sluice.v1.PostRecords/GetPostRecords)`},
 		{name: "tombstone too short", yaml: "cache:\n  tombstone_ttl: 1s\n", want: "tombstone_ttl 1s must be at least 3.5s: the longest request timeout (2s, method "},
 		{name: "takedown cannot wait out the near cache", yaml: "near_cache:\n  ttl: 2s\n", want: "method sluice.v1.Records/UpdateTakedowns timeout 2s must exceed near_cache.ttl 2s"},
+		{name: "PutPostRecords cannot wait out the near cache", yaml: "near_cache:\n  ttl: 3s\ncache:\n  tombstone_ttl: 15s\nguard:\n  methods:\n    sluice.v1.Records/PutRecords: {timeout: 10s}\n    sluice.v1.Records/UpdateTakedowns: {timeout: 10s}\n", want: "method sluice.v1.PostRecords/PutPostRecords timeout 2s must exceed near_cache.ttl 3s"},
 		{name: "availability objective too low", yaml: "slo:\n  availability: 0.9\n", want: "slo: availability must be between 0.95 and 0.99999, got 0.9"},
 		{name: "latency objective of one", yaml: "slo:\n  latency: {objective: 1}\n", want: "slo: latency.objective must be between 0.95 and 0.99999, got 1"},
 		{name: "negative latency threshold", yaml: "slo:\n  latency: {threshold: -5ms}\n", want: "slo: latency.threshold must be positive and at most 1m0s, got -5ms"},
