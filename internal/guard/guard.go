@@ -383,6 +383,9 @@ func (s *Server) InflightItems() int64 { return s.inflightItems.Load() }
 // SetBudgets replaces the per-client budgets while serving; requests in
 // flight keep what they were charged. An invalid cfg changes nothing.
 func (s *Server) SetBudgets(cfg budget.Config) error {
+	if err := s.splitBudgetErrors(cfg); err != nil {
+		return err
+	}
 	return s.budgets.SetConfig(cfg, time.Now())
 }
 

@@ -522,6 +522,19 @@ func (mem *memory) refuse(name, when string, r *membudget.Refusal) error {
 	return overloaded(name, r.Error(), mem.retry)
 }
 
+// refuseAnswer is refuse for a split batch's answer, of which answered
+// bytes are already reserved: an answer over the caller's whole share
+// can never be sent, however long the caller waits, so that refusal
+// carries no RetryInfo and says to ask for fewer items per batch.
+func (mem *memory) refuseAnswer(name string, answered membudget.Bytes, r *membudget.Refusal) error {
+	if r.PerCaller && answered+r.Need > r.Cap {
+		return status.Errorf(codes.ResourceExhausted,
+			"%s: refused %s: its answer passes %v, over the caller's whole share of %v response bytes; it can never be sent: split the batch into fewer items per request",
+			name, whileAnswering, answered+r.Need, r.Cap)
+	}
+	return mem.refuse(name, whileAnswering, r)
+}
+
 // Points at which a reservation of bytes refuses a request (refuse).
 const (
 	beforeReading = "before the request was read"

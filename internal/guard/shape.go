@@ -45,8 +45,21 @@ func findItemField(md protoreflect.MessageDescriptor) *itemField {
 	return nil
 }
 
-// items returns the URIs a request carries, in order.
+// items returns the URIs a request carries, in order. A repeated "uris"
+// field is answered with the request's own slice through its generated
+// getter (no copy, no reflection): callers only read it.
 func (f *itemField) items(req proto.Message) []string {
+	if f.name == "uris" {
+		if r, ok := req.(interface{ GetUris() []string }); ok {
+			return r.GetUris()
+		}
+	}
+	return f.reflected(req)
+}
+
+// reflected reads the items through protobuf reflection: every shape of
+// item field, for any request type.
+func (f *itemField) reflected(req proto.Message) []string {
 	m := req.ProtoReflect()
 	v := m.Get(f.field)
 	if !f.field.IsList() {

@@ -1,6 +1,7 @@
 package guard
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // FuzzCheckShape feeds request shapes — a batch of URIs (split from one
@@ -80,4 +82,26 @@ func hasViolationOn(st *status.Status, prefix string) bool {
 		}
 	}
 	return false
+}
+
+// Tests that a request's items are the same read through its generated
+// getter as through reflection, for every shape of item field, and that
+// a "uris" field is answered with the request's own slice (no copy).
+func TestItemsOfEveryShape(t *testing.T) {
+	uris := []string{"at://did:plc:aaaaaaaaaaaaaaaaaaaaaaaa/app.bsky.feed.post/1", "at://did:plc:aaaaaaaaaaaaaaaaaaaaaaaa/app.bsky.feed.post/2"}
+	for _, req := range []proto.Message{
+		&sluicev1.GetPostRecordsRequest{Uris: uris},
+		&sluicev1.GetPostRecordRequest{Uri: uris[0]},
+		&sluicev1.PutRecordsRequest{Records: []*sluicev1.Record{{Uri: uris[0]}, {Uri: uris[1]}}},
+	} {
+		field := findItemField(req.ProtoReflect().Descriptor())
+		got, want := field.items(req), field.reflected(req)
+		if !slices.Equal(got, want) || len(got) == 0 {
+			t.Errorf("%T: items %q, by reflection %q", req, got, want)
+		}
+	}
+	req := &sluicev1.GetPostRecordsRequest{Uris: uris}
+	if got := findItemField(req.ProtoReflect().Descriptor()).items(req); &got[0] != &req.Uris[0] {
+		t.Error("GetPostRecords' uris were copied, not read through GetUris")
+	}
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/sluice-dev/sluice/internal/guard/budget"
 	"github.com/sluice-dev/sluice/internal/guard/fanout"
 	"github.com/sluice-dev/sluice/internal/guard/membudget"
 	"github.com/sluice-dev/sluice/internal/identity"
@@ -107,13 +108,46 @@ func (c Config) validateOversize(name string, p Policy) []error {
 		case !o.splits():
 		case !listed:
 			errs = append(errs, fmt.Errorf("guard: method %s: oversize: client %q may split only with a budget of its own under admission.clients", name, client))
-		case b.Burst < min(p.MaxItems, c.PieceItems):
-			// Each piece is charged to the budget whole: a bucket smaller
-			// than a piece would refuse every piece, for good.
-			errs = append(errs, fmt.Errorf("guard: method %s: oversize: client %q may split only with a burst of at least one piece (%d items, the smaller of max_items and piece_items), got burst %d", name, client, min(p.MaxItems, c.PieceItems), b.Burst))
+		default:
+			if err := pieceFits(client, b, min(p.MaxItems, c.PieceItems)); err != nil {
+				errs = append(errs, fmt.Errorf("guard: method %s: %w", name, err))
+			}
 		}
 	}
 	return errs
+}
+
+// pieceFits reports why budget b of a client that may split can never
+// admit a piece of piece items, or nil. Each piece is charged to the
+// budget whole: a burst or an in-flight cap smaller than a piece would
+// refuse every piece, for good.
+func pieceFits(client string, b budget.Budget, piece int) error {
+	switch {
+	case b.Burst < piece:
+		return fmt.Errorf("oversize: client %q may split only with a burst of at least one piece (%d items, the smaller of max_items and piece_items), got burst %d", client, piece, b.Burst)
+	case b.MaxInflightItems < int64(piece):
+		return fmt.Errorf("oversize: client %q may split only with max_inflight_items of at least one piece (%d items, the smaller of max_items and piece_items), got %d", client, piece, b.MaxInflightItems)
+	}
+	return nil
+}
+
+// splitBudgetErrors checks the budgets of a new admission config against
+// the registered methods' oversize entries, as start-up does (pieceFits):
+// a reload must not leave a client that may split unable to.
+func (s *Server) splitBudgetErrors(cfg budget.Config) error {
+	var errs []error
+	for full, m := range s.methods {
+		for _, client := range slices.Sorted(maps.Keys(m.policy.Oversize)) {
+			b, listed := cfg.Clients[client]
+			if !listed || !m.policy.Oversize[client].splits() {
+				continue // a client dropped from the list is refused split (splitFor)
+			}
+			if err := pieceFits(client, b, min(m.policy.MaxItems, s.cfg.PieceItems)); err != nil {
+				errs = append(errs, fmt.Errorf("guard: method %s: %w", methodName(full), err))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // splitFor returns the oversize entry under which client's batches over
@@ -180,7 +214,7 @@ func (s *Server) serveSplit(ctx context.Context, fullMethod, client string, m *m
 			return err
 		}
 		if refusal := held.Grow(membudget.Bytes(len(parts[i]))); refusal != nil {
-			return s.mem.refuse(shortName(fullMethod), whileAnswering, refusal)
+			return s.mem.refuseAnswer(shortName(fullMethod), held.Size(), refusal)
 		}
 		return nil
 	})

@@ -185,9 +185,11 @@ func TestSplitConfigRefused(t *testing.T) {
 // Tests that a split batch's answer is reserved in the response ledger
 // piece by piece as the pieces finish: a batch whose answer is over the
 // caller's share of response bytes (half of max_response_bytes) is
-// refused at the piece that would pass it, ResourceExhausted with
-// RetryInfo, not after every piece has been served, and the bytes
-// reserved for the pieces already answered are given back.
+// refused at the piece that would pass it, not after every piece has been
+// served, and the bytes reserved for the pieces already answered are
+// given back. An answer over the caller's whole share could never be
+// sent, so the refusal (ResourceExhausted) says so and carries no
+// RetryInfo: a caller that follows RetryInfo would retry it forever.
 func TestSplitAnswerReservedAsPiecesFinish(t *testing.T) {
 	cfg := splitConfig(budget.Budget{ItemsPerSecond: 1e6, Burst: 5_000, MaxInflightItems: 5_000})
 	cfg.MaxResponseBytes = 4 * membudget.MiB // a 2 MiB share; the answer is about 3 MB
@@ -198,8 +200,8 @@ func TestSplitAnswerReservedAsPiecesFinish(t *testing.T) {
 	const n, pieces = 60_000, 60
 	_, err := as(t, "indexer").get(f, n)
 	st := wantCode(t, err, codes.ResourceExhausted)
-	if !strings.Contains(st.Message(), "while its pieces were answered") || retryDelay(st) <= 0 {
-		t.Errorf("refusal %q (details %v): want it to say it came while the pieces were answered, with RetryInfo", st.Message(), st.Details())
+	if !strings.Contains(st.Message(), "while its pieces were answered") || !strings.Contains(st.Message(), "can never be sent") || retryDelay(st) != 0 {
+		t.Errorf("refusal %q (details %v): want it to say it came while the pieces were answered and can never be sent, without RetryInfo", st.Message(), st.Details())
 	}
 	if calls := f.impl.calls.Load(); calls >= pieces {
 		t.Errorf("the handler ran for %d of %d pieces: the batch was served whole before its answer was refused", calls, pieces)
@@ -209,16 +211,20 @@ func TestSplitAnswerReservedAsPiecesFinish(t *testing.T) {
 	}, func() bool { return f.srv.MemoryStats().Responses.Held == 0 })
 }
 
-// Tests that start-up refuses split for a client whose burst is smaller
-// than a piece: each piece is charged to its budget whole, so every piece
-// would be refused for good (ResourceExhausted, with no retry that could
-// help); a burst of exactly one piece is accepted.
+// Tests that start-up refuses split for a client whose burst or in-flight
+// cap is smaller than a piece: each piece is charged to its budget whole,
+// so every piece would be refused for good (ResourceExhausted, with no
+// retry that could help); both at exactly one piece are accepted.
 func TestSplitNeedsABurstOfAPiece(t *testing.T) {
-	for burst, want := range map[int]string{99: "burst of at least one piece (100 items", 100: ""} {
+	for b, want := range map[budget.Budget]string{
+		{ItemsPerSecond: 1000, Burst: 99, MaxInflightItems: 1000}: "burst of at least one piece (100 items",
+		{ItemsPerSecond: 1000, Burst: 1000, MaxInflightItems: 99}: "max_inflight_items of at least one piece (100 items",
+		{ItemsPerSecond: 1000, Burst: 100, MaxInflightItems: 100}: "",
+	} {
 		cfg := testConfig()
 		cfg.PieceItems = 100
 		cfg.Admission = budget.DefaultConfig()
-		cfg.Admission.Clients = map[string]budget.Budget{"indexer": {ItemsPerSecond: 1000, Burst: burst, MaxInflightItems: 1000}}
+		cfg.Admission.Clients = map[string]budget.Budget{"indexer": b}
 		p := cfg.Methods[getMany]
 		p.Oversize = map[string]guard.Oversize{"indexer": {Mode: guard.OversizeSplit, MaxSplitItems: 5000}}
 		cfg.Methods[getMany] = p
@@ -228,9 +234,9 @@ func TestSplitNeedsABurstOfAPiece(t *testing.T) {
 		}
 		switch {
 		case want == "" && err != nil:
-			t.Errorf("burst %d: %v, want accepted", burst, err)
+			t.Errorf("%v: %v, want accepted", b, err)
 		case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
-			t.Errorf("burst %d: got %v, want an error containing %q", burst, err, want)
+			t.Errorf("%v: got %v, want an error containing %q", b, err, want)
 		}
 	}
 }

@@ -145,11 +145,14 @@ func (f *fairState) served(fl *flow, cost int64, now time.Time) {
 func (f *fairState) admitted(key string, weight float64, cost int64, now time.Time) {
 	fl, ok := f.flows[key]
 	if !ok {
-		fl = &flow{key: key, weight: max(weight, 0)}
-		if fl.weight == 0 {
-			fl.weight = 1
-		}
+		fl = &flow{key: key}
 		f.flows[key] = fl
+	}
+	// The weight asked now: an unlisted flow's changes with the number
+	// of unlisted flows in use.
+	fl.weight = weight
+	if fl.weight <= 0 {
+		fl.weight = 1
 	}
 	fl.charge(cost, now)
 	if len(f.flows) > f.maxIdleFlows {

@@ -1223,3 +1223,20 @@ func (q *Queue) Acquire(ctx context.Context, r Request) (release func(), err err
 	var once sync.Once
 	return func() { once.Do(g.Release) }, nil
 }
+
+// Tests that a flow admitted without waiting takes the weight it is
+// admitted at, as a waiting one does: an unlisted flow's weight changes
+// with the number of unlisted flows in use, and its usage per weight,
+// which decides who is under their share, must follow.
+func TestAdmittedFlowTakesTheWeightAskedNow(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	f := newFairState(16)
+	f.admitted("y", 1, 12, now)
+	f.admitted("y", 4, 4, now)
+	f.admitted("x", 1, 8, now)
+	mean, _ := f.meanUsage(now)
+	if y := f.flows["y"]; y.weight != 4 || !y.underShare(mean, now) {
+		t.Errorf("flow y at weight %v, %v items per weight against a mean of %v: want weight 4 and under its share (16 items at weight 4 beside 8 at weight 1)",
+			y.weight, y.used(now)/y.weight, mean)
+	}
+}
