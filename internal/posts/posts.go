@@ -257,6 +257,9 @@ func (s *Service) read(ctx context.Context, uris []string, encoded bool) ([]Resu
 		misses = append(misses, uri)
 		missAt = append(missAt, i)
 	}
+	// Refused values are tombstoned first, so that a store read that
+	// fails still leaves them counted and on their way out.
+	s.discard(ctx, refused)
 	loaded, err := s.loadAll(ctx, misses)
 	if err != nil {
 		span.SetStatus(otelcodes.Error, err.Error())
@@ -265,7 +268,6 @@ func (s *Service) read(ctx context.Context, uris []string, encoded bool) ([]Resu
 	if len(misses) == 0 {
 		return results, count(results), nil
 	}
-	s.discard(ctx, refused)
 	fills := make(map[string]cache.Entry, len(loaded))
 	for k, uri := range misses {
 		e := encodeEntry(loaded[k])
