@@ -282,7 +282,8 @@ func (a *App) registerBsky(st store.Store, requests *telemetry.Requests) error {
 	if err := a.Guard.Register(&bsky.Service_ServiceDesc, svc); err != nil {
 		return err
 	}
-	w, err := records.New(services, threads, graph, records.WithHorizon(a.Near.Horizon()))
+	w, err := records.New(services, threads, graph, records.WithHorizon(a.Near.Horizon()),
+		records.WithVersioned(bskyrpc.DocumentCollection, bskyrpc.PublicationCollection))
 	if err != nil {
 		return err
 	}

@@ -20,7 +20,8 @@ import (
 // collections, missing records and web-address sites are skipped, and
 // counted. By ref, only the versions asked for (a rewritten document's
 // old cid is no longer answered, its new one is at once), without the
-// named publications. A batch over the limit is InvalidArgument.
+// named publications. A record written without a CID, and a batch over
+// the limit, are InvalidArgument.
 func TestBskySiteStandard(t *testing.T) {
 	ts := startServer(t, 1, func(c *Config) { c.Telemetry.Clients = []string{"appview"} })
 	w := sluicev1.NewRecordsClient(ts.conn)
@@ -74,6 +75,18 @@ func TestBskySiteStandard(t *testing.T) {
 	}
 	checkSiteStandard(t, "by ref: documents", byRef.GetDocuments(), []*sluicev1.Record{rewritten, docs[2]})
 	checkSiteStandard(t, "by ref: publications", byRef.GetPublications(), []*sluicev1.Record{pubs[2]})
+
+	// A standard.site record without a CID could never be answered (the
+	// AppView keys them by URI and CID): the batch is refused whole.
+	noCID := writeRec(carol, doc, "3kdoc4", site(pub1))
+	noCID.Cid = ""
+	_, err = w.PutRecords(ctx, &sluicev1.PutRecordsRequest{Records: []*sluicev1.Record{writeRec(carol, pub, "3kpub4", ""), noCID}})
+	if st := status.Convert(err); st.Code() != codes.InvalidArgument || !strings.Contains(st.Message(), "records[1]") || !strings.Contains(st.Message(), "needs a cid") {
+		t.Errorf("a document without a cid: %v, want InvalidArgument naming records[1] and the cid", err)
+	}
+	if got, err := client.GetSiteStandardRecordsByURI(ctx, &bsky.GetSiteStandardRecordsByURIRequest{Uris: []string{recURI(carol, pub, "3kpub4")}}); err != nil || len(got.GetPublications()) != 0 {
+		t.Errorf("after the refused batch: %v, %v; want nothing of it written", got, err)
+	}
 
 	many := make([]string, 1001)
 	for i := range many {

@@ -55,6 +55,9 @@ type Writer struct {
 	threads  *posts.Service // the OP-thread indexes (package opthread)
 	graph    *posts.Service // the social graph's edges (package socialgraph)
 	horizon  time.Duration
+	// versioned are the collections whose readers address a record by URI
+	// and CID: their records must carry a CID.
+	versioned map[string]bool
 }
 
 // Option configures a Writer.
@@ -66,6 +69,18 @@ type Option func(*Writer)
 // Horizon, the same on every replica that shares the config).
 func WithHorizon(d time.Duration) Option {
 	return func(w *Writer) { w.horizon = d }
+}
+
+// WithVersioned requires a CID of every record written in collections:
+// those whose readers address a record by URI and CID (a record without
+// one could be stored but never answered).
+func WithVersioned(collections ...string) Option {
+	return func(w *Writer) {
+		w.versioned = map[string]bool{}
+		for _, c := range collections {
+			w.versioned[c] = true
+		}
+	}
 }
 
 // New returns a writer over services, keyed by collection, keeping the
@@ -334,6 +349,9 @@ func (w *Writer) check(i int, r *store.Record) (aturi.URI, error) {
 	}
 	if err := w.services[u.Collection].Check(i, r); err != nil {
 		return u, err
+	}
+	if w.versioned[u.Collection] && r.CID == "" {
+		return u, &posts.InvalidRecordError{Index: i, URI: r.URI, Reason: fmt.Sprintf("a %s record needs a cid: it is read by URI and CID", u.Collection)}
 	}
 	if u.Collection == ThreadgateCollection || u.Collection == PostgateCollection {
 		if err := checkGateSubject(u, r.JSON); err != nil {
