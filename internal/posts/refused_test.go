@@ -85,3 +85,34 @@ func TestRefusedCachedValueIsReplaced(t *testing.T) {
 		t.Errorf("refused values counted: %d, want 1 (the tombstone and the refill read as a miss and a hit, not as refusals)", n)
 	}
 }
+
+// Tests that a refused cached value is counted and tombstoned even when
+// the store read that should answer it fails: the read fails, but the
+// bad value is on its way out, and the count shows it during the outage.
+func TestRefusedCachedValueIsTombstonedWhenTheStoreFails(t *testing.T) {
+	mc := testenv.StartMemcached(t)
+	cfg := cache.DefaultConfig()
+	cfg.Servers = []string{mc.Addr()}
+	c, err := cache.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	var refused atomic.Int64
+	svc := New(aturi.PostCollection, c, failingStore{}, DefaultWriteLimits(), WithRefusedValues(func(_ string, n int) { refused.Add(int64(n)) }))
+	uri := synth.New(7, 10).Next().URI
+	raw := memcache.New(mc.Addr())
+	garbage := []byte("\xff\xfenot a record")
+	if err := raw.Set(&memcache.Item{Key: cache.Key(uri), Value: garbage}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := svc.Get(testCtx(t, 4), []string{uri}); err == nil {
+		t.Fatal("a read over a bad value with the store down succeeded")
+	}
+	if n := refused.Load(); n != 1 {
+		t.Errorf("refused values counted: %d, want 1", n)
+	}
+	if it, err := raw.Get(cache.Key(uri)); err == nil && bytes.Equal(it.Value, garbage) {
+		t.Error("the refused value is still cached after the failed read")
+	}
+}
