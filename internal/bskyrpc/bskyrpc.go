@@ -79,8 +79,9 @@ func SiteStandardMethods() []string { return slices.Clone(siteStandardMethods) }
 
 // Collections returns the collections the served methods read, sorted.
 func Collections() []string {
-	all := slices.Collect(maps.Values(collections))
-	return slices.Sorted(slices.Values(append(all, DocumentCollection, PublicationCollection)))
+	all := append(slices.Collect(maps.Values(collections)), DocumentCollection, PublicationCollection)
+	slices.Sort(all)
+	return all
 }
 
 // DefaultPolicies returns a policy for every method of bsky.Service as

@@ -22,23 +22,27 @@ const (
 // siteStandardMethods are the methods that read the two collections.
 var siteStandardMethods = []string{"GetSiteStandardRecordsByURI", "GetSiteStandardRecordsByRef"}
 
-// ref is one record version asked for: cid is empty when any version
-// will do.
+// ref is one record asked for: by URI alone (any stored version), or by
+// URI and CID (only that version).
 type ref struct{ uri, cid string }
 
-// siteStandardRequest sorts the refs of one request by collection, in
+// siteStandardRequest is one request's refs sorted by collection, in
 // request order, each once; the rest are counted as invalid.
 type siteStandardRequest struct {
 	documents, publications []ref
 	invalid                 int
 }
 
-func sortRefs(refs []ref) siteStandardRequest {
+// sortRefs sorts refs by collection. With exact, a ref must name a
+// version: one without a CID matches nothing stored and is invalid.
+func sortRefs(refs []ref, exact bool) siteStandardRequest {
 	var req siteStandardRequest
 	seen := make(map[ref]bool, len(refs))
 	for _, r := range refs {
 		switch {
 		case seen[r]: // asked for again: answered once
+		case exact && r.cid == "":
+			req.invalid++
 		case Readable(r.uri, DocumentCollection):
 			req.documents = append(req.documents, r)
 		case Readable(r.uri, PublicationCollection):
@@ -56,23 +60,14 @@ func sortRefs(refs []ref) siteStandardRequest {
 // document names in its site field (at most once each). URIs of other
 // collections are skipped, as are records that do not exist.
 func (s *Service) GetSiteStandardRecordsByURI(ctx context.Context, req *bsky.GetSiteStandardRecordsByURIRequest) (*bsky.GetSiteStandardRecordsByURIResponse, error) {
-	const method = "GetSiteStandardRecordsByURI"
 	refs := make([]ref, len(req.GetUris()))
 	for i, uri := range req.GetUris() {
 		refs[i] = ref{uri: uri}
 	}
-	want := sortRefs(refs)
-	counts := posts.Counts{Invalid: want.invalid}
-	docs, err := s.readVersions(ctx, DocumentCollection, want.documents, &counts)
+	docs, pubs, err := s.siteStandard(ctx, "GetSiteStandardRecordsByURI", sortRefs(refs, false), withSites)
 	if err != nil {
-		return nil, rpc.Status(method, err)
+		return nil, err
 	}
-	pubRefs := withSites(want.publications, docs)
-	pubs, err := s.readVersions(ctx, PublicationCollection, pubRefs, &counts)
-	if err != nil {
-		return nil, rpc.Status(method, err)
-	}
-	s.recorder.RecordItems(ctx, method, counts)
 	return &bsky.GetSiteStandardRecordsByURIResponse{Documents: docs, Publications: pubs}, nil
 }
 
@@ -81,27 +76,32 @@ func (s *Service) GetSiteStandardRecordsByURI(ctx context.Context, req *bsky.Get
 // the latest version of a record only, so a ref to an older one is not
 // answered). Publications the documents name are not added.
 func (s *Service) GetSiteStandardRecordsByRef(ctx context.Context, req *bsky.GetSiteStandardRecordsByRefRequest) (*bsky.GetSiteStandardRecordsByRefResponse, error) {
-	const method = "GetSiteStandardRecordsByRef"
 	refs := make([]ref, len(req.GetRefs()))
 	for i, r := range req.GetRefs() {
-		// An empty cid names no version: it matches nothing stored.
 		refs[i] = ref{uri: r.GetUri(), cid: r.GetCid()}
-		if refs[i].cid == "" {
-			refs[i].uri = ""
-		}
 	}
-	want := sortRefs(refs)
+	asked := func(pubs []ref, _ []*bsky.SiteStandardRecord) []ref { return pubs }
+	docs, pubs, err := s.siteStandard(ctx, "GetSiteStandardRecordsByRef", sortRefs(refs, true), asked)
+	if err != nil {
+		return nil, err
+	}
+	return &bsky.GetSiteStandardRecordsByRefResponse{Documents: docs, Publications: pubs}, nil
+}
+
+// siteStandard reads want's documents in one batch, then in another the
+// publications pubsFor returns from want's and the documents found, and
+// counts the request's items.
+func (s *Service) siteStandard(ctx context.Context, method string, want siteStandardRequest,
+	pubsFor func([]ref, []*bsky.SiteStandardRecord) []ref) (docs, pubs []*bsky.SiteStandardRecord, err error) {
 	counts := posts.Counts{Invalid: want.invalid}
-	docs, err := s.readVersions(ctx, DocumentCollection, want.documents, &counts)
-	if err != nil {
-		return nil, rpc.Status(method, err)
+	if docs, err = s.readVersions(ctx, DocumentCollection, want.documents, &counts); err != nil {
+		return nil, nil, rpc.Status(method, err)
 	}
-	pubs, err := s.readVersions(ctx, PublicationCollection, want.publications, &counts)
-	if err != nil {
-		return nil, rpc.Status(method, err)
+	if pubs, err = s.readVersions(ctx, PublicationCollection, pubsFor(want.publications, docs), &counts); err != nil {
+		return nil, nil, rpc.Status(method, err)
 	}
 	s.recorder.RecordItems(ctx, method, counts)
-	return &bsky.GetSiteStandardRecordsByRefResponse{Documents: docs, Publications: pubs}, nil
+	return docs, pubs, nil
 }
 
 // readVersions reads refs of one collection in one batch and answers
@@ -145,7 +145,7 @@ func withSites(requested []ref, docs []*bsky.SiteStandardRecord) []ref {
 		seen[r.uri] = true
 	}
 	for _, d := range docs {
-		site := SiteOf(d.GetRecord().GetRecord())
+		site := siteOf(d.GetRecord().GetRecord())
 		if seen[site] || !Readable(site, PublicationCollection) {
 			continue
 		}
@@ -155,10 +155,10 @@ func withSites(requested []ref, docs []*bsky.SiteStandardRecord) []ref {
 	return out
 }
 
-// SiteOf returns a site.standard.document record's site field: the
+// siteOf returns a site.standard.document record's site field: the
 // publication it belongs to (an at:// URI) or its web address; empty when
 // the JSON has none.
-func SiteOf(document []byte) string {
+func siteOf(document []byte) string {
 	var d struct {
 		Site string `json:"site"`
 	}

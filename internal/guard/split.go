@@ -136,7 +136,8 @@ func pieceFits(client string, b budget.Budget, piece int) error {
 // a reload must not leave a client that may split unable to.
 func (s *Server) splitBudgetErrors(cfg budget.Config) error {
 	var errs []error
-	for full, m := range s.methods {
+	for _, full := range slices.Sorted(maps.Keys(s.methods)) {
+		m := s.methods[full]
 		for _, client := range slices.Sorted(maps.Keys(m.policy.Oversize)) {
 			b, listed := cfg.Clients[client]
 			if !listed || !m.policy.Oversize[client].splits() {

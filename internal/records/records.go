@@ -197,9 +197,6 @@ func anyTakenDown(recs []store.Record) bool {
 	return false
 }
 
-// settle waits out the horizon (Settle).
-func (w *Writer) settle(ctx context.Context) error { return Settle(ctx, w.horizon) }
-
 // SettleTakedowns is Settle after a write of recs that takes any of them
 // down, and nothing otherwise: every writer of records that may carry a
 // takedown (this package's Writer, sluice.v1.PostRecords' plain puts)
@@ -335,7 +332,7 @@ func (w *Writer) UpdateTakedowns(ctx context.Context, takedowns []Takedown) (int
 	if err != nil || updated.Load() == 0 {
 		return int(updated.Load()), err
 	}
-	return int(updated.Load()), w.settle(ctx)
+	return int(updated.Load()), Settle(ctx, w.horizon)
 }
 
 // check validates the record at position i and returns its parsed URI.

@@ -59,6 +59,15 @@ func newFairState(maxWaiters int) fairState {
 	return fairState{flows: map[string]*flow{}, maxIdleFlows: max(maxWaiters, 64)}
 }
 
+// setWeight takes the weight a request asks for now (an unlisted flow's
+// changes with the number of unlisted flows in use); 0 or less means 1.
+func (fl *flow) setWeight(w float64) {
+	fl.weight = w
+	if w <= 0 {
+		fl.weight = 1
+	}
+}
+
 // join returns key's flow, counting one more waiter on it at now.
 func (f *fairState) join(key string, weight float64, now time.Time) *flow {
 	fl, ok := f.flows[key]
@@ -66,10 +75,7 @@ func (f *fairState) join(key string, weight float64, now time.Time) *flow {
 		fl = &flow{key: key}
 		f.flows[key] = fl
 	}
-	fl.weight = weight
-	if fl.weight <= 0 {
-		fl.weight = 1
-	}
+	fl.setWeight(weight)
 	if fl.waiting == 0 {
 		fl.since = now
 	}
@@ -148,12 +154,7 @@ func (f *fairState) admitted(key string, weight float64, cost int64, now time.Ti
 		fl = &flow{key: key}
 		f.flows[key] = fl
 	}
-	// The weight asked now: an unlisted flow's changes with the number
-	// of unlisted flows in use.
-	fl.weight = weight
-	if fl.weight <= 0 {
-		fl.weight = 1
-	}
+	fl.setWeight(weight)
 	fl.charge(cost, now)
 	if len(f.flows) > f.maxIdleFlows {
 		f.prune(now)
