@@ -120,7 +120,8 @@ func (s *Service) applyChanges(uris []string, current map[string]store.Record, c
 	recs := map[string]*store.Record{}
 	var changed []string
 	isChanged := map[string]bool{}
-	for _, uri := range uris {
+	at := map[string]int{} // a changed URI's first position in uris
+	for i, uri := range uris {
 		r, ok := recs[uri]
 		if !ok {
 			stored, existed := current[uri]
@@ -134,13 +135,14 @@ func (s *Service) applyChanges(uris []string, current map[string]store.Record, c
 		if change(r, existed) && !isChanged[uri] {
 			isChanged[uri] = true
 			changed = append(changed, uri)
+			at[uri] = i
 		}
 	}
 	out := make([]store.Record, 0, len(changed))
-	for i, uri := range changed {
+	for _, uri := range changed {
 		r := recs[uri]
 		if _, existed := current[uri]; !existed {
-			if err := s.checkRecord(i, r); err != nil {
+			if err := s.checkRecord(at[uri], r); err != nil {
 				return nil, err
 			}
 			r.IndexedAt = now
@@ -184,6 +186,7 @@ func (s *Service) modify(ctx context.Context, uri string, create bool, change fu
 	}
 	if err := s.store.Put(ctx, []store.Record{rec}); err != nil {
 		s.logWriteError(ctx, "update", 1, err)
+		s.invalidateUnsure(ctx, []string{uri}, err)
 		return false, fmt.Errorf("posts: update %s: %w", uri, err)
 	}
 	s.invalidate(ctx, []string{uri})
@@ -195,7 +198,9 @@ func (s *Service) modify(ctx context.Context, uri string, create bool, change fu
 // the whole batch before anything is written. If the store write succeeds
 // but invalidation fails (the cache is down), Put still succeeds: the
 // store is the source of truth, the failure is counted, and any stale
-// entry expires within the cache's TTL.
+// entry expires within the cache's TTL. If the store write fails, the
+// entries are invalidated all the same (invalidateUnsure): it may have
+// landed.
 func (s *Service) Put(ctx context.Context, recs []store.Record) (int, error) {
 	now := time.Now().UTC()
 	for i := range recs {
@@ -211,6 +216,7 @@ func (s *Service) Put(ctx context.Context, recs []store.Record) (int, error) {
 	wrote()
 	if err != nil {
 		s.logWriteError(ctx, "put", len(recs), err)
+		s.invalidateUnsure(ctx, uriList(recs), err)
 		return 0, fmt.Errorf("posts: write %d records: %w", len(recs), err)
 	}
 	s.opts.afterStoreWrite(uriList(recs))
@@ -229,6 +235,7 @@ func (s *Service) Delete(ctx context.Context, uris []string) (int, error) {
 	wrote()
 	if err != nil {
 		s.logWriteError(ctx, "delete", len(uris), err)
+		s.invalidateUnsure(ctx, uris, err)
 		return 0, fmt.Errorf("posts: delete %d records: %w", len(uris), err)
 	}
 	s.opts.afterStoreWrite(uris)
@@ -242,6 +249,25 @@ func (s *Service) invalidate(ctx context.Context, uris []string) {
 		s.invalidationFailures.Add(1)
 		s.opts.log.Error("cache invalidation failed; stale entries expire within the cache TTL", "component", "cache", "kind", "invalidate", "err", err)
 	}
+}
+
+// unsureInvalidateTimeout bounds the invalidation after a failed write.
+const unsureInvalidateTimeout = time.Second
+
+// invalidateUnsure invalidates uris after a store write that failed with
+// err: a write whose outcome is not known (a timeout, a caller that
+// left, a connection lost after the request was sent) may have landed,
+// and the cache must not keep answering what it replaced. The
+// invalidation runs even when the caller has left, within
+// unsureInvalidateTimeout. A batch the store refused as invalid wrote
+// nothing, so it invalidates nothing.
+func (s *Service) invalidateUnsure(ctx context.Context, uris []string, err error) {
+	if errors.Is(err, store.ErrInvalid) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), unsureInvalidateTimeout)
+	defer cancel()
+	s.invalidate(ctx, uris)
 }
 
 // logWriteError logs a failed store write, unless the caller left or the
@@ -262,6 +288,9 @@ func (s *Service) checkRecord(i int, r *store.Record) error {
 	}
 	if len(r.JSON) > s.limits.MaxRecordBytes {
 		return &InvalidRecordError{Index: i, URI: r.URI, Reason: fmt.Sprintf("record is %d bytes, over the limit of %d", len(r.JSON), s.limits.MaxRecordBytes)}
+	}
+	if err := store.CheckCID(r.CID); err != nil {
+		return &InvalidRecordError{Index: i, URI: r.URI, Reason: err.Error()}
 	}
 	var head struct {
 		Type      string `json:"$type"`

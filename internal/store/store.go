@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 )
 
 // Record is one stored record.
@@ -115,17 +116,30 @@ func Check(r Record, maxURI, maxJSON int) error {
 	if err := CheckModeration(r.TakedownRef, r.Tags); err != nil {
 		return err
 	}
+	if err := CheckCID(r.CID); err != nil {
+		return err
+	}
 	switch {
 	case r.URI == "":
 		return fmt.Errorf("%w: empty URI", ErrInvalid)
 	case len(r.URI) > maxURI:
 		return fmt.Errorf("%w: URI is %d bytes, over the %d-byte limit", ErrInvalid, len(r.URI), maxURI)
-	case len(r.CID) > MaxCIDBytes:
-		return fmt.Errorf("%w: CID is %d bytes, over the %d-byte limit", ErrInvalid, len(r.CID), MaxCIDBytes)
 	case len(r.JSON) > maxJSON:
 		return fmt.Errorf("%w: JSON is %d bytes, over the %d-byte limit", ErrInvalid, len(r.JSON), maxJSON)
 	case !json.Valid(r.JSON):
 		return fmt.Errorf("%w: JSON is not valid", ErrInvalid)
+	}
+	return nil
+}
+
+// CheckCID reports why a CID cannot be stored (over MaxCIDBytes, or not
+// UTF-8, which no reader could decode), wrapping ErrInvalid.
+func CheckCID(cid string) error {
+	switch {
+	case len(cid) > MaxCIDBytes:
+		return fmt.Errorf("%w: CID is %d bytes, over the %d-byte limit", ErrInvalid, len(cid), MaxCIDBytes)
+	case !utf8.ValidString(cid):
+		return fmt.Errorf("%w: CID is not valid UTF-8", ErrInvalid)
 	}
 	return nil
 }
@@ -136,12 +150,17 @@ func CheckModeration(takedownRef string, tags []string) error {
 	switch {
 	case len(takedownRef) > MaxTakedownRefBytes:
 		return fmt.Errorf("%w: takedown_ref is %d bytes, over the %d-byte limit", ErrInvalid, len(takedownRef), MaxTakedownRefBytes)
+	case !utf8.ValidString(takedownRef):
+		return fmt.Errorf("%w: takedown_ref is not valid UTF-8", ErrInvalid)
 	case len(tags) > MaxTags:
 		return fmt.Errorf("%w: %d tags, over the limit of %d", ErrInvalid, len(tags), MaxTags)
 	}
 	for i, tag := range tags {
 		if tag == "" || len(tag) > MaxTagBytes {
 			return fmt.Errorf("%w: tags[%d] is %d bytes; a tag is 1 to %d bytes", ErrInvalid, i, len(tag), MaxTagBytes)
+		}
+		if !utf8.ValidString(tag) {
+			return fmt.Errorf("%w: tags[%d] is not valid UTF-8", ErrInvalid, i)
 		}
 	}
 	return nil
