@@ -16,20 +16,40 @@ import (
 // exists already, through the records it does list.
 const MaxEdgeBytes = 64 << 10
 
-// indexEdges adds the follow and list-item records among recs to the
-// social graph's edges, in one read-modify-write of all of them.
-func (w *Writer) indexEdges(ctx context.Context, parsed []aturi.URI, recs []store.Record) error {
-	changes := map[string][]string{} // edge → records to add
+// indexEdges lists the follow and list-item records among recs in the
+// social graph's edges they make, and takes those rewritten with a new
+// subject out of the edge their stored version made (stored, read before
+// the write: record URI → edge), as the reference indexer deletes and
+// re-inserts an updated record. A URI given twice counts as its last
+// version, the one stored.
+func (w *Writer) indexEdges(ctx context.Context, parsed []aturi.URI, recs []store.Record, stored map[string]string) error {
+	last := make(map[string]int, len(recs))
+	for i := range recs {
+		last[recs[i].URI] = i
+	}
+	adds := map[string][]string{}  // edge → records to add
+	moved := map[string][]string{} // edge → records that no longer make it
 	for i, u := range parsed {
-		if edge, ok := socialgraph.EdgeOf(u, recs[i].JSON); ok {
-			changes[edge] = append(changes[edge], recs[i].URI)
+		uri := recs[i].URI
+		if last[uri] != i {
+			continue
+		}
+		edge, ok := socialgraph.EdgeOf(u, recs[i].JSON)
+		if ok {
+			adds[edge] = append(adds[edge], uri)
+		}
+		if old, was := stored[uri]; was && old != edge {
+			moved[old] = append(moved[old], uri)
 		}
 	}
-	return w.changeEdges(ctx, changes, (*socialgraph.Edge).Add)
+	if err := w.changeEdges(ctx, adds, (*socialgraph.Edge).Add); err != nil {
+		return err
+	}
+	return w.changeEdges(ctx, moved, (*socialgraph.Edge).Remove)
 }
 
 // storedEdges reads the stored follow and list-item records among uris,
-// before they are deleted: record URI → the edge it makes.
+// before they are rewritten or deleted: record URI → the edge it makes.
 func (w *Writer) storedEdges(ctx context.Context, parsed []aturi.URI) (map[string]string, error) {
 	out := map[string]string{}
 	for _, c := range []string{socialgraph.FollowCollection, socialgraph.ListItemCollection} {

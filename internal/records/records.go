@@ -140,6 +140,10 @@ func (w *Writer) Put(ctx context.Context, recs []store.Record) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	edges, err := w.storedEdges(ctx, parsed)
+	if err != nil {
+		return 0, err
+	}
 	for i := range recs {
 		if parsed[i].Collection != PostCollection {
 			continue
@@ -182,7 +186,7 @@ func (w *Writer) Put(ctx context.Context, recs []store.Record) (int, error) {
 	if err := w.indexOPReplies(ctx, parsed, recs); err != nil {
 		return written, err
 	}
-	if err := w.indexEdges(ctx, parsed, recs); err != nil {
+	if err := w.indexEdges(ctx, parsed, recs, edges); err != nil {
 		return written, err
 	}
 	return written, SettleTakedowns(ctx, w.horizon, recs)

@@ -117,6 +117,72 @@ func TestPutRefusesUnstorableURIBeforeWriting(t *testing.T) {
 	}
 }
 
+// Tests that a record whose CID the store could not keep fails the batch
+// before anything is written, naming its position in the batch, rather
+// than after the records of other collections are.
+func TestPutRefusesUnstorableCIDBeforeWriting(t *testing.T) {
+	f := newFixture(t)
+	ctx := testCtx(t)
+	post := postURI(alice, "3kpost3333333")
+	like := rec("at://"+alice+"/app.bsky.feed.like/3klike333333", `{"$type":"app.bsky.feed.like","subject":{"uri":"`+post+`","cid":"c"},"createdAt":"2026-01-01T00:00:00Z"}`)
+	like.CID = strings.Repeat("b", store.MaxCIDBytes+1)
+	_, err := f.w.Put(ctx, []store.Record{
+		rec(post, `{"$type":"app.bsky.feed.post","text":"hi","createdAt":"2026-01-01T00:00:00Z"}`),
+		like,
+	})
+	var bad *posts.InvalidRecordError
+	if !errors.As(err, &bad) || bad.Index != 1 || !strings.Contains(bad.Reason, "CID") {
+		t.Fatalf("Put = %v, want an InvalidRecordError about the CID at index 1", err)
+	}
+	if f.stored(t, post) {
+		t.Error("the batch was refused, but its post was written")
+	}
+}
+
+// Tests that a follow or list item rewritten under its URI with a new
+// subject leaves the edge its old version made (as the reference
+// indexer deletes and re-inserts an updated record), and that its delete
+// then leaves no edge behind. A URI given twice in one batch makes only
+// its last version's edge.
+func TestRewrittenGraphRecordMovesItsEdge(t *testing.T) {
+	f := newFixture(t)
+	ctx := testCtx(t)
+	carol := "did:plc:cccccccccccccccccccccccc"
+	follow := "at://" + alice + "/" + socialgraph.FollowCollection + "/3kfollow33333"
+	body := func(subject string) string {
+		return `{"$type":"app.bsky.graph.follow","subject":"` + subject + `","createdAt":"2026-01-01T00:00:00Z"}`
+	}
+	follows := func(subject string) bool {
+		t.Helper()
+		ok, err := f.w.graphAllows(ctx, subject, alice, GraphRules{Following: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	put := func(recs ...store.Record) {
+		t.Helper()
+		if _, err := f.w.Put(ctx, recs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put(rec(follow, body(bob)))
+	put(rec(follow, body(carol)))
+	if follows(bob) || !follows(carol) {
+		t.Errorf("after the follow of bob was rewritten to carol: follows bob %v, carol %v; want false, true", follows(bob), follows(carol))
+	}
+	put(rec(follow, body(bob)), rec(follow, body(carol)))
+	if follows(bob) || !follows(carol) {
+		t.Errorf("after a batch wrote bob then carol: follows bob %v, carol %v; want false, true", follows(bob), follows(carol))
+	}
+	if _, err := f.w.Delete(ctx, []string{follow}); err != nil {
+		t.Fatal(err)
+	}
+	if follows(bob) || follows(carol) {
+		t.Errorf("after the follow's delete: follows bob %v, carol %v; want neither", follows(bob), follows(carol))
+	}
+}
+
 // Tests that an OP reply in a thread whose root has the longest storable
 // URI is written and acknowledged, though the thread's index, whose URI
 // would be longer, cannot be kept.
