@@ -178,7 +178,7 @@ func (s *Server) admitRequest(ctx context.Context, fullMethod, client string, co
 	}
 	slot, err := s.takeRequestSlot(ctx, fullMethod, client, cost, batch)
 	if err != nil {
-		spent.Refund()
+		spent.Refund(time.Now())
 		if ctx.Err() != nil && !errors.Is(err, queue.ErrShed) {
 			return admittedRequest{}, ReasonDeadline, status.Errorf(codes.DeadlineExceeded, "%s: the deadline passed while waiting for a request slot", name)
 		}
@@ -206,7 +206,7 @@ func (a admittedRequest) release() {
 // back to the client's budget too (budget.Spent.Refund).
 func (a admittedRequest) refund() {
 	a.slot.Release()
-	a.spent.Refund()
+	a.spent.Refund(time.Now())
 }
 
 // takeRequestSlot takes one of the process-wide request slots for a

@@ -23,8 +23,6 @@ import (
 	"slices"
 	"sync"
 	"time"
-
-	"golang.org/x/time/rate"
 )
 
 // Budget is what one client may spend.
@@ -211,7 +209,7 @@ type Budgets struct {
 
 type client struct {
 	budget   Budget
-	limiter  *rate.Limiter
+	bucket   bucket
 	inflight int64
 }
 
@@ -255,8 +253,7 @@ func (b *Budgets) SetConfig(cfg Config, now time.Time) error {
 
 func (c *client) setBudget(bud Budget, now time.Time) {
 	c.budget = bud
-	c.limiter.SetLimitAt(now, rate.Limit(bud.ItemsPerSecond))
-	c.limiter.SetBurstAt(now, bud.Burst)
+	c.bucket.set(bud.ItemsPerSecond, bud.Burst, now)
 }
 
 // Spend admits cost items for name at now, or refuses them. On success
@@ -276,17 +273,14 @@ func (b *Budgets) Spend(name string, cost int64, now time.Time) (Spent, *Refusal
 	if c.inflight+cost > bud.MaxInflightItems {
 		return Spent{}, refuse(OverInflight, 0)
 	}
-	// A refusal leaves the limiter as it was: a reservation made and
-	// cancelled would leave its future time as the limiter's last event,
-	// and a later Refund, which cancels as of its own charge, would give
-	// back less by the refused request's shortfall.
-	short := float64(cost) - c.limiter.TokensAt(now)
+	// A refusal leaves the bucket as it was.
+	short := float64(cost) - c.bucket.at(now)
 	if d := time.Duration(short / bud.ItemsPerSecond * float64(time.Second)); d > 0 {
 		return Spent{}, refuse(OverRate, d)
 	}
-	r := c.limiter.ReserveN(now, int(cost))
+	c.bucket.take(float64(cost), now)
 	c.inflight += cost
-	return Spent{b: b, c: c, cost: cost, r: *r, at: now}, nil
+	return Spent{b: b, c: c, cost: cost, left: c.bucket.tokens, at: now}, nil
 }
 
 // Spent is a charge Spend admitted: cost items in flight for a client
@@ -296,8 +290,8 @@ type Spent struct {
 	b    *Budgets
 	c    *client
 	cost int64
-	r    rate.Reservation // the items taken from the client's rate (a copy: no allocation)
-	at   time.Time        // when they were taken
+	left float64   // the tokens the charge left in the client's bucket
+	at   time.Time // when they were taken
 }
 
 // Release takes the charge's items out of flight. It must be called
@@ -311,20 +305,19 @@ func (s Spent) Release() {
 	s.b.mu.Unlock()
 }
 
-// Refund is Release for a request shed before any work: it also gives
-// the charge's items back to the client's rate (less what reservations
-// made since took), so that a caller is charged only for work done and a
-// shed retried after its RetryInfo is not paid for twice. It must be
-// called exactly once, instead of Release.
-func (s Spent) Refund() {
+// Refund is Release for a request shed before any work, at now: it also
+// gives the charge's items back to the client's bucket, as many as it
+// would hold now had they never been taken (bucket.refund), so that a
+// caller is charged only for work done and a shed retried after its
+// RetryInfo is not paid for twice, and never gets more than its burst at
+// once. It must be called exactly once, instead of Release.
+func (s Spent) Refund(now time.Time) {
 	if s.b == nil {
 		return
 	}
 	s.b.mu.Lock()
 	s.c.inflight -= s.cost
-	// Cancelled as of when it was made: a reservation already acted on
-	// gives nothing back when cancelled later.
-	s.r.CancelAt(s.at)
+	s.c.bucket.give(s.c.bucket.refund(float64(s.cost), s.left, s.at, now), now)
 	s.b.mu.Unlock()
 }
 
@@ -347,7 +340,7 @@ func (b *Budgets) state(name string, now time.Time) *client {
 			return c
 		}
 	}
-	c := &client{budget: bud, limiter: rate.NewLimiter(rate.Limit(bud.ItemsPerSecond), bud.Burst)}
+	c := &client{budget: bud, bucket: newBucket(bud.ItemsPerSecond, bud.Burst, now)}
 	b.clients[key] = c
 	return c
 }
@@ -356,7 +349,7 @@ func (b *Budgets) state(name string, now time.Time) *client {
 // forgetting them changes nothing they could observe.
 func (b *Budgets) forgetIdle(now time.Time) {
 	for name, c := range b.clients {
-		if c.inflight == 0 && c.limiter.TokensAt(now) >= float64(c.budget.Burst) && name != overflowName {
+		if c.inflight == 0 && c.bucket.at(now) >= float64(c.budget.Burst) && name != overflowName {
 			delete(b.clients, name)
 		}
 	}

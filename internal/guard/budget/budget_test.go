@@ -290,7 +290,7 @@ func TestRefundGivesTheItemsBack(t *testing.T) {
 	if ref != nil {
 		t.Fatal(ref)
 	}
-	spent.Refund()
+	spent.Refund(t0)
 	if _, ref := b.Spend("bulk", 150, t0); ref != nil {
 		t.Fatalf("the same 150 items again after a refund: %v, want admitted (burst 200, nothing done)", ref)
 	}
@@ -320,8 +320,50 @@ func TestRefundAfterARateRefusalGivesAllTheItemsBack(t *testing.T) {
 	if _, ref := b.Spend("x", 200, t0); ref == nil || ref.Reason != OverRate {
 		t.Fatalf("200 items with 100 left: %+v, want a rate refusal", ref)
 	}
-	shed.Refund() // 700 left
+	shed.Refund(t0) // 700 left
 	if _, ref := b.Spend("x", 700, t0); ref != nil {
 		t.Fatalf("700 items after the 600 were refunded with 100 left: %v, want admitted", ref)
+	}
+}
+
+// Tests that a refund made while the client's later requests were
+// charged gives back no more than the bucket would hold had the shed
+// request never been charged: the refill during its wait is not counted
+// twice, and the client never gets more than its burst at once.
+func TestRefundNeverGivesMoreThanTheBurst(t *testing.T) {
+	b := mustNew(t, Config{Default: Budget{ItemsPerSecond: 1000, Burst: 1000, MaxInflightItems: 100000}})
+	shed, ref := b.Spend("c", 1000, t0) // full: 0 left
+	if ref != nil {
+		t.Fatal(ref)
+	}
+	t1 := t0.Add(500 * time.Millisecond)
+	done, ref := b.Spend("c", 500, t1) // 500 refilled: 0 left
+	if ref != nil {
+		t.Fatal(ref)
+	}
+	defer done.Release()
+	shed.Refund(t1)
+	// Never charged, the bucket would have stayed full until t1 and held
+	// 500 after the second request.
+	if _, ref := b.Spend("c", 501, t1); ref == nil {
+		t.Fatal("501 items admitted at once after the refund: with the 500 just admitted, more than the burst of 1,000")
+	}
+	if _, ref := b.Spend("c", 500, t1); ref != nil {
+		t.Fatalf("500 items after the refund: %v, want admitted (what the bucket would hold had the shed request never been charged)", ref)
+	}
+}
+
+// Tests that a request shed after waiting, with nothing else charged,
+// leaves the bucket as full as if it had never been charged.
+func TestRefundAfterAWaitRefillsToWhereItWouldBe(t *testing.T) {
+	b := mustNew(t, Config{Default: Budget{ItemsPerSecond: 1000, Burst: 1000, MaxInflightItems: 100000}})
+	shed, ref := b.Spend("c", 1000, t0)
+	if ref != nil {
+		t.Fatal(ref)
+	}
+	t1 := t0.Add(300 * time.Millisecond)
+	shed.Refund(t1)
+	if _, ref := b.Spend("c", 1000, t1); ref != nil {
+		t.Fatalf("the whole burst after the only charge was refunded: %v, want admitted", ref)
 	}
 }
