@@ -184,10 +184,11 @@ func (a *App) build() error {
 	a.postOpts = []posts.Option{posts.WithLogger(a.log), posts.WithRefusedValues(refused)}
 	a.Posts = posts.New(aturi.PostCollection, a.Near, instrumented, posts.DefaultWriteLimits(),
 		append(a.postOpts, posts.WithTracerProvider(tp), a.afterStoreWrite())...)
-	if err := a.Guard.Register(&sluicev1.PostRecords_ServiceDesc, rpc.NewPostRecords(a.Posts, requests).WithLimits(a.Guard).WithHorizon(a.Near.Horizon())); err != nil {
+	writer, err := a.registerBsky(instrumented, requests)
+	if err != nil {
 		return err
 	}
-	if err := a.registerBsky(instrumented, requests); err != nil {
+	if err := a.Guard.Register(&sluicev1.PostRecords_ServiceDesc, rpc.NewPostRecords(a.Posts, writer, requests).WithLimits(a.Guard)); err != nil {
 		return err
 	}
 	a.Admin = admin.New(a.Telemetry.Handler())
@@ -262,8 +263,9 @@ func (a *App) observe() error {
 
 // registerBsky serves bsky.Service, the AppView's data-plane contract, and
 // sluice.v1.Records, the write path of its collections, on the same
-// guard, cache and store; posts share a.Posts with sluice.v1.
-func (a *App) registerBsky(st store.Store, requests *telemetry.Requests) error {
+// guard, cache and store; posts share a.Posts with sluice.v1. It returns
+// the records writer, through which sluice.v1.PostRecords writes too.
+func (a *App) registerBsky(st store.Store, requests *telemetry.Requests) (*records.Writer, error) {
 	services := map[string]*posts.Service{}
 	for _, c := range bskyrpc.Collections() {
 		services[c] = a.Posts
@@ -280,14 +282,14 @@ func (a *App) registerBsky(st store.Store, requests *telemetry.Requests) error {
 		return services[collection]
 	}, requests)
 	if err := a.Guard.Register(&bsky.Service_ServiceDesc, svc); err != nil {
-		return err
+		return nil, err
 	}
 	w, err := records.New(services, threads, graph, records.WithHorizon(a.Near.Horizon()),
 		records.WithVersioned(bskyrpc.DocumentCollection, bskyrpc.PublicationCollection))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return a.Guard.Register(&sluicev1.Records_ServiceDesc, rpc.NewRecords(w))
+	return w, a.Guard.Register(&sluicev1.Records_ServiceDesc, rpc.NewRecords(w))
 }
 
 // identityOptions turns on mutual TLS and certificate identities when

@@ -461,3 +461,61 @@ func TestRecordsThreadGateGraphRules(t *testing.T) {
 		}
 	}
 }
+
+// Tests that sluice.v1.PostRecords writes posts as sluice.v1.Records
+// does: a post put again without gates keeps the gate state its
+// thread-gate gave it, a reply put into a gated thread is marked, a
+// caller cannot set gates itself, and a URI of another collection is
+// refused before anything is written or deleted.
+func TestPostRecordsWritesComputeGates(t *testing.T) {
+	ts := startServer(t, 1, func(c *Config) {
+		c.Telemetry.Clients = []string{"appview"}
+	})
+	ctx := ts.appviewCtx()
+	root := recURI(bob, "app.bsky.feed.post", "3kgatedroot")
+	gate := writeRec(bob, "app.bsky.feed.threadgate", "3kgatedroot", `,"post":"`+root+`","allow":[]`)
+	if _, err := sluicev1.NewRecordsClient(ts.conn).PutRecords(ctx, &sluicev1.PutRecordsRequest{Records: []*sluicev1.Record{
+		writeRec(bob, "app.bsky.feed.post", "3kgatedroot", `,"text":"root"`), gate,
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	pr := sluicev1.NewPostRecordsClient(ts.conn)
+	asPost := func(r *sluicev1.Record) *sluicev1.PostRecord {
+		return &sluicev1.PostRecord{Uri: r.Uri, Cid: r.Cid, Record: r.Record,
+			Gates: &sluicev1.PostGates{ViolatesEmbeddingRules: true}} // a caller's claim, ignored
+	}
+	rewritten := asPost(writeRec(bob, "app.bsky.feed.post", "3kgatedroot", `,"text":"root, edited"`))
+	reply := asPost(writeRec(carol, "app.bsky.feed.post", "3kgatedreply", `,"text":"r","reply":{"root":`+ref(root)+`,"parent":`+ref(root)+`}`))
+	if _, err := pr.PutPostRecords(ctx, &sluicev1.PutPostRecordsRequest{Records: []*sluicev1.PostRecord{rewritten, reply}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := bsky.NewServiceClient(ts.conn).GetPostRecords(ctx, &bsky.GetPostRecordsRequest{Uris: []string{root, reply.Uri}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := got.Meta[0]; !m.HasThreadGate || m.ViolatesEmbeddingRules {
+		t.Errorf("root put again through PutPostRecords: meta %v, want has_thread_gate kept and no caller-set flag", m)
+	}
+	if m := got.Meta[1]; !m.IsReply || !m.ViolatesThreadGate || m.ViolatesEmbeddingRules {
+		t.Errorf("reply put through PutPostRecords into a thread nobody may reply to: meta %v, want it marked violating", m)
+	}
+
+	like := recURI(carol, "app.bsky.feed.like", "3klike")
+	okay := asPost(writeRec(carol, "app.bsky.feed.post", "3kokay2", `,"text":"t"`))
+	_, err = pr.PutPostRecords(ctx, &sluicev1.PutPostRecordsRequest{Records: []*sluicev1.PostRecord{okay,
+		{Uri: like, Cid: "c", Record: []byte(`{"$type":"app.bsky.feed.like","createdAt":"2026-01-01T00:00:00Z"}`)}}})
+	if status.Code(err) != codes.InvalidArgument {
+		t.Errorf("PutPostRecords with a like: %v, want InvalidArgument", err)
+	}
+	if _, err := pr.DeletePostRecords(ctx, &sluicev1.DeletePostRecordsRequest{Uris: []string{reply.Uri, gate.Uri}}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("DeletePostRecords with a thread-gate's URI: %v, want InvalidArgument", err)
+	}
+	got, err = bsky.NewServiceClient(ts.conn).GetPostRecords(ctx, &bsky.GetPostRecordsRequest{Uris: []string{okay.Uri, reply.Uri}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Records[0].Record) != 0 || len(got.Records[1].Record) == 0 {
+		t.Errorf("a refused batch changed something: the post put beside a like stored %v, the reply deleted beside a gate %v",
+			len(got.Records[0].Record) != 0, len(got.Records[1].Record) == 0)
+	}
+}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	sluicev1 "github.com/sluice-dev/sluice/api/sluice/v1"
+	"github.com/sluice-dev/sluice/internal/aturi"
 	"github.com/sluice-dev/sluice/internal/guard"
 	"github.com/sluice-dev/sluice/internal/guard/budget"
 	"github.com/sluice-dev/sluice/internal/identity"
@@ -52,17 +53,20 @@ type Limits interface {
 type PostRecords struct {
 	sluicev1.UnimplementedPostRecordsServer
 	posts    *posts.Service
+	writer   *records.Writer
 	recorder ItemRecorder
 	limits   Limits
-	horizon  time.Duration // WithHorizon
 }
 
-// NewPostRecords returns the service over p; rec may be nil.
-func NewPostRecords(p *posts.Service, rec ItemRecorder) *PostRecords {
+// NewPostRecords returns the service: reads from p, writes through w
+// (whose post collection p must be), as sluice.v1.Records writes, so a
+// post written here gets the same gate state, OP-thread index and
+// takedown settling as one written there; rec may be nil.
+func NewPostRecords(p *posts.Service, w *records.Writer, rec ItemRecorder) *PostRecords {
 	if rec == nil {
 		rec = nopRecorder{}
 	}
-	return &PostRecords{posts: p, recorder: rec}
+	return &PostRecords{posts: p, writer: w, recorder: rec}
 }
 
 // DefaultPolicies returns the policy of every sluice.v1.PostRecords method
@@ -85,15 +89,6 @@ func DefaultPolicies() map[string]guard.Policy {
 // Unimplemented.
 func (s *PostRecords) WithLimits(l Limits) *PostRecords {
 	s.limits = l
-	return s
-}
-
-// WithHorizon makes PutPostRecords answer a batch that takes a record
-// down only once d (the near cache's horizon) has passed, as
-// sluice.v1.Records does (records.SettleTakedowns): then no replica's
-// near cache answers the record as it was before.
-func (s *PostRecords) WithHorizon(d time.Duration) *PostRecords {
-	s.horizon = d
 	return s
 }
 
@@ -183,25 +178,38 @@ func spliced(ctx context.Context, answers posts.Answers) []byte {
 	return buf
 }
 
-// PutPostRecords writes a batch, all or nothing.
+// PutPostRecords writes a batch of posts, all or nothing: every record
+// must be a post, or nothing is written. It writes through the records
+// writer, which computes each post's gates (the request's are ignored),
+// indexes OP replies, and answers a batch that takes a record down only
+// once no replica's near cache answers it as it was
+// (records.SettleTakedowns).
 func (s *PostRecords) PutPostRecords(ctx context.Context, req *sluicev1.PutPostRecordsRequest) (*sluicev1.PutPostRecordsResponse, error) {
 	recs := make([]store.Record, len(req.GetRecords()))
 	for i, pr := range req.GetRecords() {
 		recs[i] = posts.FromProto(pr)
+		if err := s.posts.Check(i, &recs[i]); err != nil {
+			return nil, toStatus("PutPostRecords", err)
+		}
 	}
-	n, err := s.posts.Put(ctx, recs)
-	if err == nil {
-		err = records.SettleTakedowns(ctx, s.horizon, recs)
-	}
+	n, err := s.writer.Put(ctx, recs)
 	if err != nil {
 		return nil, toStatus("PutPostRecords", err)
 	}
 	return &sluicev1.PutPostRecordsResponse{Written: uint32(n)}, nil
 }
 
-// DeletePostRecords deletes a batch; missing URIs are not an error.
+// DeletePostRecords deletes a batch of posts through the records writer
+// (which marks a deleted OP reply in its thread's index); missing URIs
+// are not an error, a URI that is not a post fails the batch before
+// anything is deleted.
 func (s *PostRecords) DeletePostRecords(ctx context.Context, req *sluicev1.DeletePostRecordsRequest) (*sluicev1.DeletePostRecordsResponse, error) {
-	n, err := s.posts.Delete(ctx, req.GetUris())
+	for i, uri := range req.GetUris() {
+		if _, err := aturi.ParseIn(uri, s.posts.Collection()); err != nil {
+			return nil, toStatus("DeletePostRecords", &posts.InvalidURIError{Index: i, URI: uri, Err: err})
+		}
+	}
+	n, err := s.writer.Delete(ctx, req.GetUris())
 	if err != nil {
 		return nil, toStatus("DeletePostRecords", err)
 	}
