@@ -148,7 +148,7 @@ func (w *Writer) graphAllows(ctx context.Context, replier, owner string, ask Gra
 	if len(edges) == 0 {
 		return false, nil
 	}
-	res, _, err := w.graph.Get(ctx, edges)
+	res, err := w.graph.StoredMany(ctx, edges)
 	if err != nil {
 		return false, fmt.Errorf("read the social graph: %w", err)
 	}
@@ -283,7 +283,7 @@ func (w *Writer) lookup(ctx context.Context, uri string, batch known) (store.Rec
 	if err != nil || w.services[u.Collection] == nil {
 		return store.Record{}, false, nil
 	}
-	res, _, err := w.services[u.Collection].Get(ctx, []string{uri})
+	res, err := w.services[u.Collection].StoredMany(ctx, []string{uri})
 	if err != nil {
 		return store.Record{}, false, err
 	}

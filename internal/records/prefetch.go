@@ -71,7 +71,7 @@ func (w *Writer) readAhead(ctx context.Context, k known, uris []string) error {
 		byCollection[u.Collection] = append(byCollection[u.Collection], uri)
 	}
 	for c, uris := range byCollection {
-		res, _, err := w.services[c].Get(ctx, uris)
+		res, err := w.services[c].StoredMany(ctx, uris)
 		if err != nil {
 			return err
 		}

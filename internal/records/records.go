@@ -23,8 +23,13 @@
 // replica sees them — but for replicas' near caches, which may answer an
 // entry read before the invalidation for up to their horizon. A takedown
 // or lift is not acknowledged until that horizon has passed, so that once
-// it is, no replica answers the old moderation state (see WithHorizon). Records does not decide what a batch may hold (the
-// guard does) nor map errors to status codes (package rpc does).
+// it is, no replica answers the old moderation state (see WithHorizon).
+// What the gate state is computed from (gates, roots, the social graph)
+// is read from the store, not the caches: a gate written through another
+// replica a moment ago counts, and a memcached outage does not stall
+// writes on cache timeouts. Records does not decide what a batch may
+// hold (the guard does) nor map errors to status codes (package rpc
+// does).
 package records
 
 import (
