@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/sluice-dev/sluice/internal/store"
@@ -117,5 +118,65 @@ func TestUpsertManyNamesTheRefusedRecordByItsPosition(t *testing.T) {
 	var invalid *InvalidRecordError
 	if !errors.As(err, &invalid) || invalid.Index != 1 || invalid.URI != bad {
 		t.Fatalf("UpsertMany = %v, want InvalidRecordError for records[1] (%s)", err, bad)
+	}
+}
+
+// forWriteReads is the embedded store, noting whether each read was made
+// as a write's (store.ForWrite). Which consistency a read gets is the CQL
+// store's (tested there); that the write path asks for it is this
+// package's.
+type forWriteReads struct {
+	*batchStore
+	plain, forWrite atomic.Int64
+}
+
+func (f *forWriteReads) note(ctx context.Context) {
+	if store.IsForWrite(ctx) {
+		f.forWrite.Add(1)
+	} else {
+		f.plain.Add(1)
+	}
+}
+
+func (f *forWriteReads) Get(ctx context.Context, uri string) (store.Record, error) {
+	f.note(ctx)
+	return f.batchStore.Get(ctx, uri)
+}
+
+func (f *forWriteReads) GetMany(ctx context.Context, uris []string) (map[string]store.Record, error) {
+	f.note(ctx)
+	return f.batchStore.GetMany(ctx, uris)
+}
+
+// Tests that every read a write makes (Update, UpsertMany, StoredMany)
+// asks the store for the write's consistency, and reads for answers do
+// not.
+func TestReadsOfWritesAskForTheWriteConsistency(t *testing.T) {
+	svc, bs, recs := newBatchService(t, 2)
+	f := &forWriteReads{batchStore: bs}
+	svc.store = f
+	ctx := testCtx(t, 4)
+	uris := []string{recs[0].URI, recs[1].URI}
+	tag := func(r *store.Record) bool { r.Tags = append(r.Tags, "t"); return true }
+	if _, err := svc.Update(ctx, uris[0], tag); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.UpsertMany(ctx, uris, func(r *store.Record, _ bool) bool { return tag(r) }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := svc.StoredMany(ctx, uris); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := svc.Stored(ctx, uris[0]); err != nil {
+		t.Fatal(err)
+	}
+	if p, w := f.plain.Load(), f.forWrite.Load(); p != 0 || w < 4 {
+		t.Errorf("the reads of writes: %d plain, %d as a write's; want none plain", p, w)
+	}
+	if _, _, err := svc.Get(ctx, uris); err != nil {
+		t.Fatal(err)
+	}
+	if p := f.plain.Load(); p == 0 {
+		t.Error("a read for an answer (a cache miss) was made as a write's")
 	}
 }

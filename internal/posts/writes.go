@@ -39,12 +39,13 @@ func (s *Service) Upsert(ctx context.Context, uri string, change func(r *store.R
 	return err
 }
 
-// Stored reads the record under uri from the store (not the cache).
+// Stored reads the record under uri from the store (not the cache), as
+// a write reads it (store.ForWrite: every acknowledged write included).
 func (s *Service) Stored(ctx context.Context, uri string) (store.Record, bool, error) {
 	if err := s.validate([]string{uri}); err != nil {
 		return store.Record{}, false, err
 	}
-	rec, err := s.store.Get(ctx, uri)
+	rec, err := s.store.Get(store.ForWrite(ctx), uri)
 	switch {
 	case errors.Is(err, store.ErrNotFound):
 		return store.Record{}, false, nil
@@ -82,16 +83,19 @@ func (s *Service) UpsertMany(ctx context.Context, uris []string, change func(r *
 	}
 	if err := s.store.Put(ctx, changed); err != nil {
 		s.logWriteError(ctx, "update", len(changed), err)
+		s.invalidateUnsure(ctx, uriList(changed), err)
 		return fmt.Errorf("posts: update %d records: %w", len(changed), err)
 	}
 	s.invalidate(ctx, uriList(changed))
 	return nil
 }
 
-// storedNow reads uris from the store (not the cache, nor a read shared
-// with others): in one batch read when the store has them, otherwise one
-// read per URI under the request's fan-out limit.
+// storedNow reads uris from the store as a write reads them
+// (store.ForWrite; not the cache, nor a read shared with others): in one
+// batch read when the store has them, otherwise one read per URI under
+// the request's fan-out limit.
 func (s *Service) storedNow(ctx context.Context, uris []string) (map[string]store.Record, error) {
+	ctx = store.ForWrite(ctx)
 	if br, ok := s.store.(store.BatchReader); ok {
 		return br.GetMany(ctx, uris)
 	}
@@ -152,14 +156,26 @@ func (s *Service) applyChanges(uris []string, current map[string]store.Record, c
 	return out, nil
 }
 
-// StoredMany reads the records under uris from the store (not the
-// cache), in uris' order: in one batch read when the store has them,
-// otherwise one read per URI under the request's fan-out limit.
+// StoredMany reads the records under uris from the store as a write
+// reads them (storedNow), in uris' order: what a write computes its
+// changes from.
 func (s *Service) StoredMany(ctx context.Context, uris []string) ([]Result, error) {
 	if err := s.validate(uris); err != nil {
 		return nil, err
 	}
-	return s.loadAll(ctx, uris)
+	found, err := s.storedNow(ctx, uris)
+	if err != nil {
+		return nil, fmt.Errorf("posts: read %d uris from the store: %w", len(uris), err)
+	}
+	out := make([]Result, len(uris))
+	for i, uri := range uris {
+		r, ok := found[uri]
+		if !ok {
+			r = store.Record{URI: uri}
+		}
+		out[i] = Result{Record: r, Found: ok}
+	}
+	return out, nil
 }
 
 func (s *Service) modify(ctx context.Context, uri string, create bool, change func(*store.Record, bool) bool) (bool, error) {

@@ -96,6 +96,25 @@ type Store interface {
 	Close() error
 }
 
+// forWriteKey marks a context whose reads are those of a write.
+type forWriteKey struct{}
+
+// ForWrite marks ctx's reads as those of a read-modify-write (or of what
+// a write is computed from): a backend whose plain reads may answer an
+// older copy than the last acknowledged write (CQL at its read
+// consistency, LOCAL_ONE by default) reads at its write consistency
+// instead, so that what is written back keeps every acknowledged write.
+// Backends with one copy ignore it.
+func ForWrite(ctx context.Context) context.Context {
+	return context.WithValue(ctx, forWriteKey{}, true)
+}
+
+// IsForWrite reports whether ctx was marked by ForWrite.
+func IsForWrite(ctx context.Context) bool {
+	v, _ := ctx.Value(forWriteKey{}).(bool)
+	return v
+}
+
 // BatchReader is implemented by a backend that reads many records at once
 // more cheaply than one at a time: the embedded store reads them all in one
 // read transaction, the CQL store in groups of partitions, one query each.

@@ -88,6 +88,7 @@ type Store struct {
 	waits    atomic.Int64
 	retry    gocql.RetryPolicy
 	hosts    hostTracker
+	lastTS   atomic.Int64 // the last write timestamp given (timestamp)
 }
 
 var (
@@ -173,6 +174,17 @@ func (p *sessionPair) close() {
 }
 
 func (s *Store) read() *gocql.Session  { return s.sessions.Load().read }
+
+// readFor is the session a read under ctx goes to: the write session,
+// at the write consistency, for the reads of a write (store.ForWrite),
+// so that a read-modify-write never writes back a replica's older copy;
+// the read session otherwise.
+func (s *Store) readFor(ctx context.Context) *gocql.Session {
+	if store.IsForWrite(ctx) {
+		return s.write()
+	}
+	return s.read()
+}
 func (s *Store) write() *gocql.Session { return s.sessions.Load().write }
 
 // openSession connects one session at consistency cl, reporting to of.
@@ -189,7 +201,8 @@ func openSession(cfg Config, cl gocql.Consistency, of sessionOf) (*gocql.Session
 }
 
 // Get reads one record with a single-partition SELECT at the read
-// consistency, or returns an error wrapping store.ErrNotFound.
+// consistency (the write consistency under store.ForWrite), or returns
+// an error wrapping store.ErrNotFound.
 func (s *Store) Get(ctx context.Context, uri string) (store.Record, error) {
 	r, err := s.get(ctx, uri)
 	if err != nil {
@@ -206,7 +219,7 @@ func (s *Store) get(ctx context.Context, uri string) (store.Record, error) {
 	defer release()
 	row := recordRow{r: store.Record{URI: uri}}
 	err = s.run(func() error {
-		return s.idempotent(s.read().Query(selectRecord, uri), ctx).Scan(row.columns()[1:]...)
+		return s.idempotent(s.readFor(ctx).Query(selectRecord, uri), ctx).Scan(row.columns()[1:]...)
 	})
 	switch {
 	case errors.Is(err, gocql.ErrNotFound):
@@ -267,7 +280,7 @@ func (s *Store) getGroup(ctx context.Context, uris []string) ([]store.Record, er
 	var recs []store.Record
 	err = s.run(func() error {
 		recs = recs[:0]
-		q := s.idempotent(s.read().Query(selectRecords, uris), ctx).RoutingKey([]byte(uris[0]))
+		q := s.idempotent(s.readFor(ctx).Query(selectRecords, uris), ctx).RoutingKey([]byte(uris[0]))
 		it := q.Iter()
 		for row := (recordRow{}); it.Scan(row.columns()...); row = (recordRow{}) {
 			recs = append(recs, row.record())
@@ -330,12 +343,29 @@ func (s *Store) put(ctx context.Context, recs []store.Record) error {
 		}
 	}
 	recs = lastPerURI(recs)
-	ts := time.Now().UnixMicro()
+	ts := s.timestamp()
 	return fanout.Each(ctx, len(recs), func(ctx context.Context, i int) error {
 		r := recs[i]
 		c := withChange(ts, r.URI, insertRecord, r.URI, r.CID, r.JSON, r.CreatedAt.UnixMicro(), r.IndexedAt.UnixMicro(), r.TakedownRef, r.Tags, gateFlags(r.Gates))
 		return s.writeChange(ctx, c, "insert "+short(r.URI))
 	})
+}
+
+// timestamp is the client timestamp of a write: the wall clock in
+// microseconds, but always later than the last one this store gave. Cassandra
+// keeps the cell with the highest timestamp, so a write acknowledged
+// after another through this process wins over it even if the clock
+// steps back (an NTP step, a resumed VM), and two writes of one record
+// never tie (a tie is settled cell by cell, which could mix two writes'
+// fields). Writes through other processes are ordered by their clocks.
+func (s *Store) timestamp() int64 {
+	for {
+		last := s.lastTS.Load()
+		ts := max(time.Now().UnixMicro(), last+1)
+		if s.lastTS.CompareAndSwap(last, ts) {
+			return ts
+		}
+	}
 }
 
 // lastPerURI drops all but the last record of each URI, so that INSERTs
@@ -397,7 +427,7 @@ func (s *Store) delete(ctx context.Context, uris []string) (int, error) {
 		return 0, err
 	}
 	uris = uniq(uris)
-	ts := time.Now().UnixMicro()
+	ts := s.timestamp()
 	var n atomic.Int64
 	err := fanout.Each(ctx, len(uris), func(ctx context.Context, i int) error {
 		existed, err := s.exists(ctx, uris[i])

@@ -351,3 +351,32 @@ func TestConfigRefusesConsistencyAny(t *testing.T) {
 		}
 	}
 }
+
+// Tests that the reads of a write (store.ForWrite) go at the write
+// consistency and other reads at the read consistency. The keyspace has
+// one replica and the write consistency asks for two, so a read that
+// goes at it fails, while one at the read consistency is answered.
+func TestReadsOfAWriteAtTheWriteConsistency(t *testing.T) {
+	cfg := cqltest.Keyspace(t, "sluice_test_for_write")
+	cqltest.Truncate(t, cfg)
+	cfg.WriteConsistency = "TWO"
+	s := mustOpen(t, cfg)
+	t.Cleanup(func() { s.Close() })
+	ctx := testContext(t)
+	uri := "at://did:plc:abcdefghijklmnopqrstuvwx/app.bsky.feed.post/3kforwrite"
+	cqltest.Exec(t, cfg.Hosts[0], "INSERT INTO "+cfg.Keyspace+".records (uri, cid, json) VALUES (?, 'c1', ?)", uri, []byte(`{"$type":"app.bsky.feed.post"}`))
+	other := "at://did:plc:abcdefghijklmnopqrstuvwx/app.bsky.feed.post/3kforwrit2"
+
+	if _, err := s.Get(ctx, uri); err != nil {
+		t.Fatalf("Get at the read consistency: %v", err)
+	}
+	if got, err := s.GetMany(ctx, []string{uri, other}); err != nil || len(got) != 1 {
+		t.Fatalf("GetMany at the read consistency = %d records, %v", len(got), err)
+	}
+	if _, err := s.Get(store.ForWrite(ctx), uri); err == nil || !strings.Contains(err.Error(), "TWO") {
+		t.Errorf("Get for a write = %v, want it refused at consistency TWO", err)
+	}
+	if _, err := s.GetMany(store.ForWrite(ctx), []string{uri, other}); err == nil || !strings.Contains(err.Error(), "TWO") {
+		t.Errorf("GetMany for a write = %v, want it refused at consistency TWO", err)
+	}
+}
