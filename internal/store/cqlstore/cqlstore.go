@@ -173,7 +173,7 @@ func (p *sessionPair) close() {
 	p.write.Close()
 }
 
-func (s *Store) read() *gocql.Session  { return s.sessions.Load().read }
+func (s *Store) read() *gocql.Session { return s.sessions.Load().read }
 
 // readFor is the session a read under ctx goes to: the write session,
 // at the write consistency, for the reads of a write (store.ForWrite),
