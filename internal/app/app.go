@@ -344,19 +344,23 @@ func (a *App) Serve(ctx context.Context, grpcLis, httpLis net.Listener) error {
 		a.catchUp(ctx)
 	}
 	// Lifecycle goroutines, each sending its result once: the gRPC and
-	// admin servers, the drain watcher and, with a journal, its follower
-	// (which goes on until the drain is over). Serve returns the first
-	// error after all have ended.
+	// admin servers, the drain watcher and, with a journal, its follower's
+	// poll and tombstone-retry loops (which go on until the drain is
+	// over). Serve returns the first error after all have ended.
 	servers := 3
 	followCtx, stopFollowing := context.WithCancel(context.Background())
 	defer stopFollowing()
-	done := make(chan error, 4)
+	done := make(chan error, 5)
 	go func() { done <- a.Guard.Serve(grpcLis) }()
 	go func() { done <- a.Admin.Serve(httpLis) }()
 	if a.Follower != nil {
-		servers++
+		servers += 2
 		go func() {
 			a.Follower.Run(followCtx)
+			done <- nil
+		}()
+		go func() {
+			a.Follower.RetryOwed(followCtx)
 			done <- nil
 		}()
 	}

@@ -219,7 +219,7 @@ func (f *Follower) CatchUp(ctx context.Context) {
 	f.replaySuspects(ctx, true)
 }
 
-// Run polls the journal until ctx ends.
+// Run polls the journal until ctx ends. RetryOwed runs beside it.
 func (f *Follower) Run(ctx context.Context) {
 	tick := time.NewTicker(f.cfg.MaxLag / 4)
 	defer tick.Stop()
@@ -233,11 +233,26 @@ func (f *Follower) Run(ctx context.Context) {
 	}
 }
 
-// step writes the tombstones memcached is owed, then makes one poll and
-// one replay round. The first needs memcached only, so keys whose
-// tombstones a blip made this process miss are trusted again as soon as
-// memcached answers, whether or not the store does.
-func (f *Follower) step(ctx context.Context) {
+// RetryOwed writes the tombstones memcached is owed every MaxLag/4 until
+// ctx ends. It needs memcached only, so keys whose tombstones a blip made
+// this process miss are trusted again as soon as memcached answers; it
+// runs on its own, beside Run, so that a journal read hung on an
+// unreachable store (up to stepTimeout) cannot hold it up.
+func (f *Follower) RetryOwed(ctx context.Context) {
+	tick := time.NewTicker(f.cfg.MaxLag / 4)
+	defer tick.Stop()
+	for {
+		f.retryOwed(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// retryOwed makes one round of RetryOwed.
+func (f *Follower) retryOwed(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(fanout.WithLimit(ctx, f.cfg.Parallelism), f.stepTimeout())
 	defer cancel()
 	n, err := f.c.RetryTombstones(ctx)
@@ -245,6 +260,12 @@ func (f *Follower) step(ctx context.Context) {
 	if err != nil {
 		f.log.Warn("owed tombstones not written; their keys stay read as misses", "kind", "tombstone_retry", "err", err)
 	}
+}
+
+// step makes one poll and one replay round.
+func (f *Follower) step(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(fanout.WithLimit(ctx, f.cfg.Parallelism), f.stepTimeout())
+	defer cancel()
 	f.poll(ctx)
 	f.replaySuspects(ctx, false)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -213,6 +214,7 @@ func TestOwedTombstonesNeedNoStore(t *testing.T) {
 	if h := hits(ctx, c, changed, other); h[changed] || !h[other] {
 		t.Fatalf("hits %v while the tombstone is owed: want the other key only", h)
 	}
+	f.retryOwed(ctx)
 	f.step(ctx)
 	if s := f.Stats(); s.Retried != 1 || s.ReadErrors != 1 || s.Suspects != 0 {
 		t.Fatalf("stats %+v: want 1 tombstone retried with the journal unreadable, no suspects", s)
@@ -292,5 +294,58 @@ func TestOwnChangeCountedOnce(t *testing.T) {
 	}
 	if s := f.Stats(); s.Own != 1 {
 		t.Fatalf("own = %d after three polls of one own change, want 1", s.Own)
+	}
+}
+
+// hungJournal answers no read until its caller gives up, as a
+// black-holed store does; entered is closed when the first read begins,
+// and returned counts the reads that have ended.
+type hungJournal struct {
+	entered  chan struct{}
+	once     sync.Once
+	returned atomic.Int64
+}
+
+func (h *hungJournal) Changes(ctx context.Context, _, _ time.Time, _ func(store.Change) error) error {
+	h.once.Do(func() { close(h.entered) })
+	<-ctx.Done()
+	h.returned.Add(1)
+	return ctx.Err()
+}
+
+func (*hungJournal) Retention() time.Duration { return time.Hour }
+
+// Tests that owed tombstones are written again while a journal read
+// hangs on an unreachable store: the retries do not wait for the poll,
+// which may take its whole step timeout to give up.
+func TestOwedTombstonesRetriedWhileTheJournalHangs(t *testing.T) {
+	ctx := ctx(t)
+	mc := testenv.StartMemcached(t)
+	c := newCache(t, mc.Addr())
+	j := &hungJournal{entered: make(chan struct{})}
+	f := New(Config{MaxLag: 100 * time.Millisecond}, j, c, "me")
+	changed := uri(t, 1)
+	c.Fill(ctx, map[string]cache.Entry{changed: {Value: []byte("old")}})
+	mc.Pause()
+	err := c.Invalidate(ctx, []string{changed})
+	if err == nil {
+		mc.Resume()
+		t.Fatal("a tombstone to a frozen memcached was reported written")
+	}
+	runCtx, stop := context.WithCancel(ctx)
+	var loops sync.WaitGroup
+	defer func() { stop(); loops.Wait() }()
+	loops.Go(func() { f.Run(runCtx) })
+	loops.Go(func() { f.RetryOwed(runCtx) })
+	<-j.entered // the follower's poll is now hung
+	mc.Resume()
+	for c.Stats()[0].OwedTombstones != 0 {
+		if j.returned.Load() > 0 {
+			t.Fatalf("the owed tombstone was not written before the hung journal read gave up (%v of step timeout)", f.stepTimeout())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if j.returned.Load() > 0 {
+		t.Fatal("the owed tombstone was written only after the hung journal read gave up")
 	}
 }

@@ -9,7 +9,7 @@ package structcheck
 // lifecycle or a client-side fan-out with a configured limit.
 var Allowed = map[string]Site{
 	// Server lifecycle.
-	"internal/app.(*App).Serve":               lifecycle("server start: the gRPC server, the admin server and the drain watcher, joined before Serve returns"),
+	"internal/app.(*App).Serve":               lifecycle("server start: the gRPC server, the admin server, the drain watcher and the journal follower's two loops, joined before Serve returns"),
 	"internal/guard.(*Server).Drain":          lifecycle("drain: one goroutine runs GracefulStop and is joined before Drain returns; past the deadline one more runs Stop, joined with it unless a handler outlives HandlerGrace"),
 	"internal/guard.(*Server).Serve":          lifecycle("the silent-stream sweep: one goroutine, stopped when Serve returns"),
 	"internal/telemetry.newAsyncWriter":       lifecycle("the log writer: one goroutine per writer, ends when the writer is closed"),
