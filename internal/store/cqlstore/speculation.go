@@ -16,12 +16,32 @@ import "github.com/gocql/gocql"
 // retries go to a node already tried instead. The passes are bounded, so
 // an iteration over nodes that are all down, or have no connection,
 // still ends; the attempts actually sent stay bounded by the retry policy.
+//
+// The iterator it returns never panics (noPanic).
 func (p watchedPolicy) Pick(q gocql.ExecutableQuery) gocql.NextHost {
-	next := p.pickFor(q)
+	next := noPanic(p.pickFor(q))
 	if q == nil || !q.IsIdempotent() || p.rounds < 2 {
 		return next
 	}
 	return replay(next, p.rounds)
+}
+
+// noPanic returns next, except that a panic inside it (a driver fault in
+// its host selection, as gocql v1.7.0's token-aware policy had) ends the
+// iteration instead: gocql calls the iterator on goroutines of its own
+// for a read's speculative attempts, where Store.run's recover cannot
+// reach, and a panic there would end the process. The statement then
+// fails as one with no hosts left to try, which the store answers
+// Unavailable.
+func noPanic(next gocql.NextHost) gocql.NextHost {
+	return func() (h gocql.SelectedHost) {
+		defer func() {
+			if recover() != nil {
+				h = nil
+			}
+		}()
+		return next()
+	}
 }
 
 // replay returns next's hosts until it runs out, then the same hosts

@@ -71,3 +71,41 @@ func TestPickReplaysOnlyIdempotentStatements(t *testing.T) {
 		t.Errorf("statement not idempotent: offered %q, want %q", got, "a - - -")
 	}
 }
+
+// panickyPolicy offers one host, then panics, as a driver fault in host
+// selection would.
+type panickyPolicy struct{ gocql.HostSelectionPolicy }
+
+func (panickyPolicy) Pick(gocql.ExecutableQuery) gocql.NextHost {
+	hosts := listOf("a")
+	return func() gocql.SelectedHost {
+		if h := hosts(); h != nil {
+			return h
+		}
+		panic("host selection fault")
+	}
+}
+
+// Tests that a panic in the inner policy's iterator ends the iteration
+// instead of the process: gocql calls it on goroutines of its own, which
+// no recover of the store's covers.
+func TestPickIteratorNeverPanics(t *testing.T) {
+	p := watchedPolicy{HostSelectionPolicy: panickyPolicy{}, rounds: 2}
+	for name, q := range map[string]gocql.ExecutableQuery{
+		"idempotent":     new(gocql.Query).Idempotent(true),
+		"not idempotent": new(gocql.Query),
+	} {
+		var got string
+		done := make(chan any, 1)
+		go func() { // as gocql's speculative attempt calls it
+			defer func() { done <- recover() }()
+			got = drain(p.Pick(q), 4)
+		}()
+		if r := <-done; r != nil {
+			t.Fatalf("%s: the iterator panicked: %v", name, r)
+		}
+		if want := map[string]string{"idempotent": "a a - -", "not idempotent": "a - - -"}[name]; got != want {
+			t.Errorf("%s: offered %q, want %q", name, got, want)
+		}
+	}
+}
