@@ -129,7 +129,8 @@ func (c Config) Validate() error {
 type Stats struct {
 	// Lag is how far behind now the last successful poll read.
 	Lag time.Duration
-	// Applied counts tombstones written for other writers' changes; Own
+	// Applied counts tombstones written for other writers' changes (a
+	// batch of them not all written counts none); Own
 	// counts own changes skipped.
 	Applied, Own int64
 	// ReadErrors counts journal reads that failed.
@@ -315,9 +316,11 @@ func (f *Follower) poll(ctx context.Context) {
 	if len(uris) > 0 {
 		uris = uniq(uris)
 		// A tombstone not written makes its server suspect, and the
-		// replay covers it: the error needs no handling here.
-		_ = f.c.Invalidate(ctx, uris)
-		f.appliedN.Add(int64(len(uris)))
+		// replay covers it: the error needs no handling here but that
+		// the batch is not counted as written.
+		if f.c.Invalidate(ctx, uris) == nil {
+			f.appliedN.Add(int64(len(uris)))
+		}
 		f.applied(uris)
 	}
 	f.cursor.Store(to.UnixMicro())

@@ -113,6 +113,23 @@ func TestPollTombstonesOtherWritersOnly(t *testing.T) {
 	}
 }
 
+// Tests that a change whose tombstone could not be written is not
+// counted as applied.
+func TestUnwrittenTombstoneIsNotCountedApplied(t *testing.T) {
+	ctx := ctx(t)
+	mc := testenv.StartMemcached(t)
+	c := newCache(t, mc.Addr())
+	j := &memJournal{}
+	f := New(Config{}, j, c, "me")
+	j.add(uri(t, 1), "another replica", time.Now())
+	mc.Pause()
+	f.step(ctx)
+	mc.Resume()
+	if s := f.Stats(); s.Applied != 0 {
+		t.Errorf("applied = %d with memcached frozen, want 0", s.Applied)
+	}
+}
+
 // Tests that a distrusted server is read as misses until a replay has
 // deleted every URI changed since its failure, then trusted, and that
 // the replay covers the follower's own changes too.
