@@ -286,11 +286,37 @@ func (c Config) Validate() error {
 	if c.DrainTimeout < 0 || c.DrainTimeout > maxDrainTimeout {
 		errs = append(errs, fmt.Errorf("config: drain timeout %v must be between 0 (stop at once) and %v", c.DrainTimeout, maxDrainTimeout))
 	}
+	errs = append(errs, c.checkClientNames()...)
 	errs = append(errs, c.checkTakedownTimeouts()...)
 	if err := c.checkTombstoneTTL(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// checkClientNames refuses a client name in admission.clients,
+// telemetry.clients or a method's oversize that no caller could be
+// named (identity.CheckName): a name cut or cleaned on the way in would
+// never match it, or would match another caller's.
+func (c Config) checkClientNames() []error {
+	var errs []error
+	check := func(where, name string) {
+		if err := identity.CheckName(name); err != nil {
+			errs = append(errs, fmt.Errorf("config: %s: %w", where, err))
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.Guard.Admission.Clients)) {
+		check("admission.clients", name)
+	}
+	for i, name := range c.Telemetry.Clients {
+		check(fmt.Sprintf("telemetry.clients[%d]", i), name)
+	}
+	for _, method := range slices.Sorted(maps.Keys(c.Guard.Methods)) {
+		for _, name := range slices.Sorted(maps.Keys(c.Guard.Methods[method].Oversize)) {
+			check(fmt.Sprintf("guard.methods[%q].oversize", method), name)
+		}
+	}
+	return errs
 }
 
 // guardConfig is the guard's config with the near cache's cap counted

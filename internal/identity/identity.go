@@ -14,6 +14,8 @@ package identity
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 
 	"google.golang.org/grpc/metadata"
@@ -72,6 +74,24 @@ func Client(ctx context.Context) string {
 		return name
 	}
 	return Unknown
+}
+
+// CheckName reports why name cannot name a caller as written: it is
+// empty, over MaxNameLength bytes, or holds a character other than
+// printable ASCII (a space or control character included). A claimed
+// name like that is cleaned, so two such names can become one; a
+// certificate's is refused (Resolver), and one in the config could never
+// match a caller.
+func CheckName(name string) error {
+	switch {
+	case name == "":
+		return errors.New("a client name is empty")
+	case len(name) > MaxNameLength:
+		return fmt.Errorf("client name %.80q is %d bytes, over the limit of %d", name, len(name), MaxNameLength)
+	case clean(name) != name:
+		return fmt.Errorf("client name %.80q holds a character other than printable ASCII (spaces and control characters included)", name)
+	}
+	return nil
 }
 
 // clean keeps names printable and short so they are safe in logs and labels.

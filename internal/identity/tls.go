@@ -61,6 +61,16 @@ func (c TLSConfig) Validate() error {
 			errs = append(errs, fmt.Errorf("tls: %s is required when TLS is on", name))
 		}
 	}
+	for i, name := range c.AllowedClients {
+		if err := CheckName(name); err != nil {
+			errs = append(errs, fmt.Errorf("tls: allowed_clients[%d]: %w", i, err))
+		}
+	}
+	if c.DefaultClient != "" {
+		if err := CheckName(c.DefaultClient); err != nil {
+			errs = append(errs, fmt.Errorf("tls: default_client: %w", err))
+		}
+	}
 	if c.Unlisted != "" && c.Unlisted != UnlistedDeny && c.Unlisted != UnlistedDefault {
 		errs = append(errs, fmt.Errorf("tls: unlisted must be %q or %q, got %q", UnlistedDeny, UnlistedDefault, c.Unlisted))
 	}
@@ -117,6 +127,9 @@ func (r *Resolver) Resolve(ctx context.Context) (string, error) {
 	if !ok {
 		return "", &DeniedError{Reason: "no verified client certificate naming the caller (a URI or DNS SAN is required)"}
 	}
+	if err := CheckName(name); err != nil {
+		return "", &DeniedError{Reason: fmt.Sprintf("the client certificate's name cannot be told apart from others: %v; issue a certificate whose first URI SAN (or, without one, first DNS SAN) is 1 to %d bytes of printable ASCII", err, MaxNameLength)}
+	}
 	if claimed := FromIncoming(ctx); claimed != Unknown && claimed != name {
 		return "", &DeniedError{Reason: fmt.Sprintf("the claimed client name %q disagrees with the client certificate's name %q; drop the x-client-id / x-atlantis-caller header or send the certificate's name", claimed, name)}
 	}
@@ -130,9 +143,10 @@ func (r *Resolver) Resolve(ctx context.Context) (string, error) {
 }
 
 // FromPeer returns the name in the caller's verified client certificate:
-// its first URI SAN, else its first DNS SAN, cleaned as claimed names
-// are. It reports false when the connection is not TLS, the chain was
-// not verified, or the certificate names no one.
+// its first URI SAN, else its first DNS SAN, as written (Resolve refuses
+// one that CheckName does not accept, rather than cut or clean it into
+// another certificate's name). It reports false when the connection is
+// not TLS, the chain was not verified, or the certificate names no one.
 func FromPeer(ctx context.Context) (string, bool) {
 	p, ok := peer.FromContext(ctx)
 	if !ok {
@@ -150,6 +164,5 @@ func FromPeer(ctx context.Context) (string, bool) {
 	case len(leaf.DNSNames) > 0:
 		name = leaf.DNSNames[0]
 	}
-	name = clean(name)
 	return name, name != ""
 }
