@@ -229,6 +229,7 @@ func (f fileConfig) admission() budget.Config {
 	}
 	maps.Copy(cfg.Clients, f.Admission.Clients)
 	cfg.UnlistedFlows = cmp.Or(f.Admission.UnlistedFlows, cfg.UnlistedFlows)
+	cfg.UnlistedWeight = f.Admission.UnlistedWeight
 	return cfg
 }
 

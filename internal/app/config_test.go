@@ -95,6 +95,7 @@ func TestConfigErrors(t *testing.T) {
 		{name: "NaN availability", yaml: "slo:\n  availability: .nan\n", want: "slo: availability must be between 0.95 and 0.99999, got NaN"},
 		{name: "NaN trace ratio", yaml: "telemetry:\n  trace_sample_ratio: .nan\n", want: "NaN"},
 		{name: "unknown slo key", yaml: "slo:\n  availabilty: 0.99\n", want: "availabilty"},
+		{name: "negative unlisted weight", yaml: "admission:\n  unlisted_weight: -5\n", want: "unlisted_weight"},
 		{name: "budget for a name no caller can have", yaml: "admission:\n  clients:\n    \"my feed\": {items_per_second: 10, burst: 10, max_inflight_items: 10}\n", want: `config: admission.clients: client name "my feed" holds a character other than printable ASCII`},
 		{name: "telemetry name over the limit", yaml: "telemetry:\n  clients: [feed, aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa]\n", want: "config: telemetry.clients[1]: client name"},
 		{name: "split for a name no caller can have", yaml: "cache:\n  tombstone_ttl: 12s\nguard:\n  methods:\n    sluice.v1.PostRecords/GetPostRecords:\n      oversize:\n        \"index er\": {mode: split, max_split_items: 25000, timeout: 10s}\n", want: `config: guard.methods["sluice.v1.PostRecords/GetPostRecords"].oversize: client name "index er"`},
@@ -152,5 +153,24 @@ func TestNearCacheCountsInMemoryBudget(t *testing.T) {
 	cfg.Near.TTL = 0
 	if err := cfg.Validate(); err != nil {
 		t.Errorf("the same budget with the near cache off: %v", err)
+	}
+}
+
+// Tests that every admission key of the file reaches the budgets: the
+// shared weight of unlisted callers among them.
+func TestAdmissionKeysReachTheBudgets(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(path, []byte("admission:\n  unlisted_flows: 16\n  unlisted_weight: 2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	if err := cfg.LoadFile(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if a := cfg.Guard.Admission; a.UnlistedFlows != 16 || a.UnlistedShare() != 2 {
+		t.Errorf("admission from the file: unlisted_flows %d, unlisted weight %v; want 16 and 2", a.UnlistedFlows, a.UnlistedShare())
 	}
 }
