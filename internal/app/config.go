@@ -278,8 +278,8 @@ func (c Config) Validate() error {
 	if err := c.Near.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if need := c.longestEntry() + c.Cache.TombstoneTTL; !c.Journal.Disabled && c.Journal.WithDefaults().Retention < need {
-		errs = append(errs, fmt.Errorf("config: journal retention %v must be at least the cache's longest entry lifetime plus its tombstone lifetime (%v): a replay onto a memcached server that was away longer than the retention must still reach every change that can have left a stale entry", c.Journal.WithDefaults().Retention, need))
+	if need := c.longestEntry() + c.Cache.TombstoneTTL + journal.ReplayMargin; !c.Journal.Disabled && c.Journal.WithDefaults().Retention < need {
+		errs = append(errs, fmt.Errorf("config: journal retention %v must be at least the cache's longest entry lifetime plus its tombstone lifetime plus %v (%v): a replay onto a memcached server that was away longer than the retention, and the start-up replay, which leaves the last %v of the retention unread, must still reach every change that can have left a stale entry", c.Journal.WithDefaults().Retention, journal.ReplayMargin, need, journal.ReplayMargin))
 	}
 	if err := c.SLO.Validate(); err != nil {
 		errs = append(errs, err)

@@ -36,7 +36,7 @@ func (a *App) followerConfig(j store.Journal) journal.Config {
 	if cfg.StartReplay == 0 {
 		cfg.StartReplay = a.cfg.longestEntry() + a.cfg.Cache.TombstoneTTL
 	}
-	cfg.StartReplay = min(cfg.StartReplay, j.Retention()-time.Minute)
+	cfg.StartReplay = min(cfg.StartReplay, j.Retention()-journal.ReplayMargin)
 	return cfg
 }
 

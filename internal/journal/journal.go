@@ -75,6 +75,14 @@ type Config struct {
 	Retention time.Duration `yaml:"retention"`
 }
 
+// MaxRetention bounds Config.Retention: the longest any store keeps
+// journal entries (the CQL store's row TTL bound).
+const MaxRetention = 24 * time.Hour
+
+// ReplayMargin is how much of the retention a start-up replay leaves
+// unread: the entries at its very edge may expire while it reads them.
+const ReplayMargin = time.Minute
+
 // Defaults of Config.
 const (
 	DefaultMaxLag      = time.Second
@@ -113,11 +121,11 @@ func (c Config) Validate() error {
 	if c.Overlap < 0 {
 		errs = append(errs, fmt.Errorf("journal: overlap %v is negative", c.Overlap))
 	}
-	if c.Retention < time.Minute {
-		errs = append(errs, fmt.Errorf("journal: retention %v is below a minute", c.Retention))
+	if c.Retention < time.Minute || c.Retention > MaxRetention {
+		errs = append(errs, fmt.Errorf("journal: retention must be between 1m0s and %v, got %v", MaxRetention, c.Retention))
 	}
-	if c.StartReplay < 0 {
-		errs = append(errs, fmt.Errorf("journal: start_replay %v is negative", c.StartReplay))
+	if c.StartReplay < 0 || c.StartReplay > c.Retention-ReplayMargin {
+		errs = append(errs, fmt.Errorf("journal: start_replay must be between 0 (the default: the cache's longest entry lifetime plus its tombstone lifetime) and the retention less %v (%v), got %v", ReplayMargin, c.Retention-ReplayMargin, c.StartReplay))
 	}
 	if c.Parallelism < 1 || c.Parallelism > 1024 {
 		errs = append(errs, fmt.Errorf("journal: parallelism %d is outside [1, 1024]", c.Parallelism))
