@@ -117,6 +117,11 @@ type MemoryConfig struct {
 // three goroutines), and the working memory of one admitted item (its
 // URI, cache key and a typical record while a batch is answered).
 const (
+	// maxBytes and maxCount bound the byte caps and the counts the plan
+	// multiplies and adds, far above any machine's, so that its sums
+	// cannot overflow and pass the check against the limit.
+	maxBytes        = membudget.Bytes(1) << 50 // 1024 TiB
+	maxCount        = 1 << 30
 	baseReserve     = 64 * membudget.MiB
 	connectionBytes = 256 * membudget.KiB
 	itemBytes       = 2 * membudget.KiB
@@ -299,11 +304,19 @@ func (p MemoryPlan) validate(c Config) error {
 	if p.Limit < 64*membudget.MiB {
 		errs = append(errs, fmt.Errorf("guard: memory_limit %v is below the 64MiB the process needs before any request", p.Limit))
 	}
-	if p.Connections < 1 {
-		errs = append(errs, fmt.Errorf("guard: max_connections must be at least 1, got %d", p.Connections))
+	for _, b := range []struct {
+		key string
+		v   membudget.Bytes
+	}{{"memory_limit", p.Limit}, {"max_request_bytes", p.Requests}, {"max_caller_request_bytes", p.CallerRequests}, {"max_response_bytes", p.Responses}} {
+		if b.v > maxBytes {
+			errs = append(errs, fmt.Errorf("guard: %s must be at most %v, got %v", b.key, maxBytes, b.v))
+		}
 	}
-	if p.Streams < 1 {
-		errs = append(errs, fmt.Errorf("guard: max_streams must be at least 1, got %d", p.Streams))
+	if p.Connections < 1 || p.Connections > maxCount {
+		errs = append(errs, fmt.Errorf("guard: max_connections must be between 1 and %d, got %d", maxCount, p.Connections))
+	}
+	if p.Streams < 1 || p.Streams > maxCount {
+		errs = append(errs, fmt.Errorf("guard: max_streams must be between 1 and %d, got %d", maxCount, p.Streams))
 	}
 	if p.KeepaliveMinTime < 0 {
 		errs = append(errs, fmt.Errorf("guard: keepalive_min_time must not be negative, got %v", p.KeepaliveMinTime))

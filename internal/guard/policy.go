@@ -147,11 +147,11 @@ func DefaultConfig() Config {
 // first bad method.
 func (c Config) Validate() error {
 	var errs []error
-	if c.MaxInflightItems < 1 {
-		errs = append(errs, fmt.Errorf("guard: max_inflight_items must be at least 1, got %d", c.MaxInflightItems))
+	if c.MaxInflightItems < 1 || c.MaxInflightItems > maxCount {
+		errs = append(errs, fmt.Errorf("guard: max_inflight_items must be between 1 and %d, got %d", int64(maxCount), c.MaxInflightItems))
 	}
-	if c.MaxInflightRequests < 1 {
-		errs = append(errs, fmt.Errorf("guard: max_inflight_requests must be at least 1, got %d", c.MaxInflightRequests))
+	if c.MaxInflightRequests < 1 || c.MaxInflightRequests > maxCount {
+		errs = append(errs, fmt.Errorf("guard: max_inflight_requests must be between 1 and %d, got %d", int64(maxCount), c.MaxInflightRequests))
 	}
 	if c.SaturatedProcsPerCPU < 0 || c.SaturatedProcsPerCPU > procs.MaxPerCPU {
 		errs = append(errs, fmt.Errorf("guard: saturated_procs_per_cpu must be between 1 (Go's own number) and %d, or 0 for the default %d, got %d", procs.MaxPerCPU, procs.DefaultPerCPU, c.SaturatedProcsPerCPU))
