@@ -172,11 +172,11 @@ type Client struct {
 
 	randMu sync.Mutex // opts.rand is not safe for concurrent use
 
-	fetchMu  sync.Mutex // one GetLimits at a time
-	mu       sync.Mutex // guards the fields below
-	limits   Limits
-	fetched  time.Time           // when limits were last asked for
-	inflight *semaphore.Weighted // the caller's in-flight items, shared by all calls
+	mu         sync.Mutex // guards the fields below
+	limits     Limits
+	fetched    time.Time           // when limits were last asked for
+	refreshing chan struct{}       // closed when the GetLimits under way ends; nil when none is
+	inflight   *semaphore.Weighted // the caller's in-flight items, shared by all calls
 }
 
 // Dial connects to the sluice at target as the caller name and fetches
@@ -286,19 +286,34 @@ func (c *Client) currentLimits(ctx context.Context) Limits {
 // refreshLimits asks the server for the limits again, unless they were
 // asked for after since, and puts them in force. When the server does not
 // answer, the limits in force stay (and are asked for again only after
-// limitsMaxAge).
+// limitsMaxAge). One GetLimits is made at a time: a call that finds one
+// under way waits for it only as long as its own context lets it, and
+// then goes on with the limits in force, so a refresh hung on another
+// caller's context never holds it past its deadline.
 func (c *Client) refreshLimits(ctx context.Context, since time.Time) Limits {
-	c.fetchMu.Lock()
-	defer c.fetchMu.Unlock()
 	c.mu.Lock()
 	if c.fetched.After(since) {
 		defer c.mu.Unlock()
 		return c.limits
 	}
+	if under := c.refreshing; under != nil {
+		l := c.limits
+		c.mu.Unlock()
+		select {
+		case <-under:
+			return c.Limits()
+		case <-ctx.Done():
+			return l
+		}
+	}
+	done := make(chan struct{})
+	c.refreshing = done
 	c.mu.Unlock()
 	l, err := c.fetchLimits(ctx)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.refreshing = nil
+	close(done)
 	c.fetched = time.Now()
 	if err != nil {
 		return c.limits
@@ -353,8 +368,17 @@ func (c *Client) Close() error {
 	return c.conn.Close()
 }
 
+// outgoing is ctx with the Client's name and criticality as the request's
+// metadata, in place of any the caller's context carries (the server
+// reads a key's first value, so an appended one would not count).
 func (c *Client) outgoing(ctx context.Context) context.Context {
-	return metadata.AppendToOutgoingContext(ctx, clientIDKey, c.name, criticalityKey, string(c.opts.criticality))
+	md, _ := metadata.FromOutgoingContext(ctx) // a copy
+	if md == nil {
+		md = metadata.MD{}
+	}
+	md.Set(clientIDKey, c.name)
+	md.Set(criticalityKey, string(c.opts.criticality))
+	return metadata.NewOutgoingContext(ctx, md)
 }
 
 // GetPostRecords returns one record per URI, in the order of uris,
@@ -372,7 +396,12 @@ func (c *Client) GetPostRecords(ctx context.Context, uris []string) (records []*
 	chunks := (len(uris) + size - 1) / size
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(l.Parallelism)
+	launched := 0
 	for i := range chunks {
+		if gctx.Err() != nil {
+			break // a chunk failed, or the caller left: send no more
+		}
+		launched++
 		from, to := i*size, min((i+1)*size, len(uris))
 		g.Go(func() error {
 			got, err := c.chunk(gctx, uris[from:to])
@@ -386,6 +415,9 @@ func (c *Client) GetPostRecords(ctx context.Context, uris []string) (records []*
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
+	if launched < chunks { // the caller left between chunks
+		return nil, fmt.Errorf("client: %d of %d chunks not sent: %w", chunks-launched, chunks, context.Cause(gctx))
+	}
 	return records, nil
 }
 
@@ -395,6 +427,9 @@ func (c *Client) GetPostRecords(ctx context.Context, uris []string) (records []*
 func (c *Client) chunk(ctx context.Context, uris []string) ([]*sluicev1.PostRecord, error) {
 	if size := c.Limits().ChunkSize; len(uris) > size {
 		return c.split(ctx, uris, size)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err // never sent: it earns no retries
 	}
 	c.retries.earn()
 	for attempt := 1; ; attempt++ {
