@@ -234,7 +234,9 @@ func (r *Requests) Rejected(ctx context.Context, req guard.Request, reason strin
 	if !ok {
 		reason, code = Other, codes.Unavailable
 	}
-	r.observeItems(se, req.Items)
+	if req.Items > 0 { // 0: refused before its request was read (memory, identity, receive timeout)
+		r.observeItems(se, req.Items)
+	}
 	r.rejections.Add(ctx, 1, se.reasons[reason].add...)
 	r.rejectedItems.Add(ctx, int64(req.Items), se.reasons[reason].add...)
 	r.code(se, code).Inc()

@@ -69,3 +69,24 @@ func TestInvalidMethodNameCountedAsUnknown(t *testing.T) {
 		t.Errorf("/metrics has no %s", want)
 	}
 }
+
+// Tests that a request refused before it was read (its items unknown) is
+// counted as a refusal but not as a batch of 0 items, which would pull
+// the batch-size means down.
+func TestRefusalBeforeReadingIsNoBatchSize(t *testing.T) {
+	tel, r := newRequests(t, "feed")
+	ctx := context.Background()
+	r.Rejected(ctx, guard.Request{Client: "feed", Method: "/sluice.v1.PostRecords/GetPostRecords", Items: 10}, guard.ReasonShape)
+	r.Rejected(ctx, guard.Request{Client: "feed", Method: "/sluice.v1.PostRecords/GetPostRecords"}, guard.ReasonMemoryShare)
+	rec := httptest.NewRecorder()
+	tel.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	body := rec.Body.String()
+	for _, want := range []string{
+		`sluice_request_items_count{client="feed",method="GetPostRecords",service="sluice.v1.PostRecords"} 1`,
+		`sluice_rejections_total{client="feed",method="GetPostRecords",reason="memory_share",service="sluice.v1.PostRecords"} 1`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics has no %s", want)
+		}
+	}
+}
