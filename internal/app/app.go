@@ -239,7 +239,8 @@ func (a *App) observe() error {
 	if err := a.Telemetry.ObserveAdmission(a.admissionState); err != nil {
 		return err
 	}
-	if err := a.Telemetry.ObserveGoroutineBound(telemetry.GoroutineBound(a.cfg.Guard.MaxInflightRequests, a.cfg.Guard.MaxInflightItems)); err != nil {
+	plan := a.cfg.MemoryPlan()
+	if err := a.Telemetry.ObserveGoroutineBound(telemetry.GoroutineBound(plan.Streams, a.cfg.Guard.MaxInflightItems, plan.Connections)); err != nil {
 		return err
 	}
 	if err := a.Telemetry.ObserveSLO(a.cfg.SLO); err != nil {

@@ -39,7 +39,7 @@ func (t *Telemetry) ObserveProcess() error {
 // go_goroutines is alerted against.
 func (t *Telemetry) ObserveGoroutineBound(bound int64) error {
 	_, err := t.meter.Int64ObservableGauge("sluice.process.goroutine_bound",
-		metric.WithDescription("The most goroutines the config's caps allow: 2 per in-flight request, 1 per in-flight item, 200 for the runtime and servers."),
+		metric.WithDescription("The most goroutines the config's caps allow: 2 per open stream, 1 per in-flight item, 5 per connection, 200 for the runtime and servers."),
 		metric.WithInt64Callback(func(_ context.Context, o metric.Int64Observer) error {
 			o.Observe(bound)
 			return nil
@@ -48,12 +48,18 @@ func (t *Telemetry) ObserveGoroutineBound(bound int64) error {
 }
 
 // GoroutineBound is the goroutine count the process-wide caps imply:
-// every admitted request runs a handler plus gRPC's stream goroutine,
-// fan-out tasks never exceed the in-flight items, and a fixed 200 cover
-// the runtime, gRPC's and the admin server's own goroutines.
-func GoroutineBound(maxInflightRequests, maxInflightItems int64) int64 {
-	return 2*maxInflightRequests + maxInflightItems + 200
+// every open stream (max_streams: the requests in flight and those
+// queued for a slot) runs a handler plus gRPC's stream goroutine, fan-out
+// tasks never exceed the in-flight items, each connection holds gRPC's
+// reader, writer and keepalive goroutines (5 allowed), and a fixed 200
+// cover the runtime and the admin server's own goroutines.
+func GoroutineBound(maxStreams, maxInflightItems int64, maxConnections int) int64 {
+	return 2*maxStreams + maxInflightItems + goroutinesPerConnection*int64(maxConnections) + 200
 }
+
+// goroutinesPerConnection is what GoroutineBound allows an open gRPC
+// connection.
+const goroutinesPerConnection = 5
 
 // OSThreads returns the number of OS threads of this process, as the
 // kernel counts them in /proc/self/status.

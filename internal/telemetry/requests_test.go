@@ -90,3 +90,17 @@ func TestRefusalBeforeReadingIsNoBatchSize(t *testing.T) {
 		}
 	}
 }
+
+// Tests that the goroutine bound allows for every open stream (queued
+// ones too, each a handler and a stream goroutine) and every connection's
+// own goroutines: with many connections and small in-flight caps, idle
+// connections alone went over a bound of 2 × requests + items + 200.
+func TestGoroutineBoundCountsStreamsAndConnections(t *testing.T) {
+	base := GoroutineBound(100, 1000, 0)
+	if got := GoroutineBound(100, 1000, 4000) - base; got < 3*4000 {
+		t.Errorf("4,000 connections add %d to the bound; each holds at least gRPC's reader, writer and keepalive goroutines", got)
+	}
+	if got := GoroutineBound(300, 1000, 0) - base; got != 2*200 {
+		t.Errorf("200 more streams add %d to the bound, want 2 each (a handler and a stream goroutine)", got)
+	}
+}
