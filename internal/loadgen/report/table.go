@@ -106,8 +106,10 @@ func limit(v float64) string {
 }
 
 // NoMemoryLimit is the smallest go_gc_gomemlimit_bytes that means no
-// limit is set (the runtime reports math.MaxInt64).
-const NoMemoryLimit = 1 << 62
+// limit is set: the runtime reports math.MaxInt64 when none is, and the
+// naive baseline sets the most the guard accepts (1024 TiB), which no
+// allocation reaches.
+const NoMemoryLimit = 1 << 50
 
 // Figures are the vital signs in report order.
 var figures = []figure{
