@@ -43,17 +43,7 @@ func TestExampleConfigLoads(t *testing.T) {
 // valid: trace_sample_ratio 0 samples no new trace, near_cache ttl 0
 // turns the near cache off; a key left out keeps its default.
 func TestConfigZerosTakenAsWritten(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "c.yaml")
-	if err := os.WriteFile(path, []byte("telemetry:\n  trace_sample_ratio: 0\nnear_cache:\n  ttl: 0s\n  max_bytes: 32MiB\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg := DefaultConfig()
-	if err := cfg.LoadFile(path); err != nil {
-		t.Fatal(err)
-	}
-	if err := cfg.Validate(); err != nil {
-		t.Fatal(err)
-	}
+	cfg := validConfigFrom(t, "telemetry:\n  trace_sample_ratio: 0\nnear_cache:\n  ttl: 0s\n  max_bytes: 32MiB\n")
 	if cfg.Telemetry.TraceSampleRatio != 0 {
 		t.Errorf("trace_sample_ratio = %v, want 0 as written", cfg.Telemetry.TraceSampleRatio)
 	}
@@ -165,8 +155,18 @@ func TestNearCacheCountsInMemoryBudget(t *testing.T) {
 // Tests that every admission key of the file reaches the budgets: the
 // shared weight of unlisted callers among them.
 func TestAdmissionKeysReachTheBudgets(t *testing.T) {
+	cfg := validConfigFrom(t, "admission:\n  unlisted_flows: 16\n  unlisted_weight: 2\n")
+	if a := cfg.Guard.Admission; a.UnlistedFlows != 16 || a.UnlistedShare() != 2 {
+		t.Errorf("admission from the file: unlisted_flows %d, unlisted weight %v; want 16 and 2", a.UnlistedFlows, a.UnlistedShare())
+	}
+}
+
+// validConfigFrom is the default config with the file yaml written over
+// it, failing the test unless it loads and validates.
+func validConfigFrom(t *testing.T, yaml string) Config {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "c.yaml")
-	if err := os.WriteFile(path, []byte("admission:\n  unlisted_flows: 16\n  unlisted_weight: 2\n"), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	cfg := DefaultConfig()
@@ -176,7 +176,5 @@ func TestAdmissionKeysReachTheBudgets(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if a := cfg.Guard.Admission; a.UnlistedFlows != 16 || a.UnlistedShare() != 2 {
-		t.Errorf("admission from the file: unlisted_flows %d, unlisted weight %v; want 16 and 2", a.UnlistedFlows, a.UnlistedShare())
-	}
+	return cfg
 }

@@ -229,29 +229,21 @@ func (f *Follower) CatchUp(ctx context.Context) {
 }
 
 // Run polls the journal until ctx ends. RetryOwed runs beside it.
-func (f *Follower) Run(ctx context.Context) {
-	tick := time.NewTicker(f.cfg.MaxLag / 4)
-	defer tick.Stop()
-	for {
-		f.step(ctx)
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
-}
+func (f *Follower) Run(ctx context.Context) { f.every(ctx, f.step) }
 
 // RetryOwed writes the tombstones memcached is owed every MaxLag/4 until
 // ctx ends. It needs memcached only, so keys whose tombstones a blip made
 // this process miss are trusted again as soon as memcached answers; it
 // runs on its own, beside Run, so that a journal read hung on an
 // unreachable store (up to stepTimeout) cannot hold it up.
-func (f *Follower) RetryOwed(ctx context.Context) {
+func (f *Follower) RetryOwed(ctx context.Context) { f.every(ctx, f.retryOwed) }
+
+// every calls round at once and then every MaxLag/4 until ctx ends.
+func (f *Follower) every(ctx context.Context, round func(context.Context)) {
 	tick := time.NewTicker(f.cfg.MaxLag / 4)
 	defer tick.Stop()
 	for {
-		f.retryOwed(ctx)
+		round(ctx)
 		select {
 		case <-ctx.Done():
 			return
